@@ -1,0 +1,29 @@
+# The two entry points of the README. Both set everything up first (tools/setup.sh is idempotent).
+PYTEST = .venv/bin/python -m pytest
+JOBS ?= auto
+
+.PHONY: setup conformance test perf corpus fixtures clean
+setup:
+	@tools/setup.sh
+
+# The main job: the conformance suite and its report (reports/conformance.md, .json).
+conformance: setup
+	$(PYTEST) conformance -n $(JOBS) $(ARGS)
+
+# The whole test suite, as CI runs it: meta tests, conformance, compile-only kernel checks, perf smoke,
+# the libFuzzer smoke run. Any failing or missing tool is an error (KDTR_REQUIRE_TOOLS=1).
+test: setup
+	KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
+
+# Benchmarks need a GPU and no xdist (pytest-benchmark turns itself off under xdist).
+perf: setup
+	$(PYTEST) perf -p no:xdist --benchmark-enable --benchmark-json=reports/perf.json $(ARGS)
+
+corpus:
+	.venv/bin/python tools/gen_kdtr_corpus.py
+
+fixtures:
+	.venv/bin/python tools/gen_fixtures.py
+
+clean:
+	rm -rf build .venv .pytest_cache .hypothesis

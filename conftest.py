@@ -1,0 +1,76 @@
+"""Root pytest hooks: options, hypothesis profiles, GPU probe -> skips, clause validation, report header.
+
+Hooks only. Everything importable lives in the `harness` package (cuda-python's rule: never import
+from a conftest).
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from harness import device, impls, spec
+
+pytest_plugins = ["harness.reporting"]
+ROOT = pathlib.Path(__file__).resolve().parent
+
+# Profiles: deadlines off everywhere (the first GPU call pays for NVRTC and module load).
+settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", settings.get_profile("ci"), max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--impl", action="append", default=None, choices=impls.ALL,
+                     help="implementation(s) under test; repeat for several (default: all, unusable ones skip)")
+    parser.addoption("--require-gpu", action="store_true", default=bool(os.environ.get("KDTR_REQUIRE_GPU")),
+                     help="turn 'no GPU' skips into failures (GPU runners)")
+    parser.addoption("--require-tools", action="store_true", default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
+                     help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)")
+
+
+def pytest_report_header(config):
+    p = device.probe()
+    return [f"kdtr: gpu: {p.reason}; nvrtc: {device.nvrtc_version()}; hypothesis profile: "
+            f"{settings._current_profile}; impl: {','.join(config.getoption('--impl') or impls.ALL)}"]
+
+
+def pytest_generate_tests(metafunc):
+    if "impl" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--impl") or list(impls.ALL)
+        metafunc.parametrize("impl", chosen, indirect=True, ids=[f"impl={n}" for n in chosen])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    registry = spec.registry()
+    errors = []
+    for item in items:
+        ids = [i for m in item.iter_markers("spec") for i in m.args]
+        path = pathlib.Path(str(item.path)).resolve()
+        if path.is_relative_to(ROOT / "conformance") and not ids:
+            errors.append(f"{item.nodeid}: conformance test without @pytest.mark.spec(...)")
+        errors += [f"{item.nodeid}: unknown spec clause {i!r}" for i in ids if i not in registry]
+        params = getattr(item, "callspec", None)
+        params = params.params if params else {}
+        impl = params.get("impl", params.get("reader", "-"))
+        item.user_properties.append(("spec_ids", tuple(ids)))
+        item.user_properties.append(("impl", impl))
+        item.user_properties.append(("device", impls.device_label(impl, params.get("arch"),
+                                                                  item.get_closest_marker("gpu") is not None)))
+    if errors:
+        raise pytest.UsageError("clause validation failed:\n  " + "\n  ".join(errors))
+
+
+def pytest_runtest_setup(item):
+    params = getattr(item, "callspec", None)
+    impl = params.params.get("impl") if params else None
+    if item.get_closest_marker("gpu") or impl in impls.GPU_IMPLS:
+        p = device.probe()
+        if not p.ok:
+            (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")

@@ -1,0 +1,55 @@
+"""The implementations under test, selected by the `impl` fixture and `--impl`.
+
+Each implementation exposes the three ops under one slug each: `tree_build`, `tree_verify`,
+`tree_accept`. An op an implementation does not have raises `Unavailable`, which the fixture turns
+into a skip naming why.
+"""
+from __future__ import annotations
+
+import importlib
+
+from . import device
+
+ALL = ("reference", "cuda", "engine-cpu", "engine-cuda")
+GPU_IMPLS = frozenset({"cuda", "engine-cuda"})
+OPS = ("tree_build", "tree_verify", "tree_accept")
+
+
+class Unavailable(Exception):
+    """This implementation (or this op of it) cannot run here; the message says why."""
+
+
+class Impl:
+    def __init__(self, name: str, ops: dict):
+        self.name = name
+        self._ops = ops
+
+    def op(self, slug: str):
+        fn = self._ops.get(slug)
+        if fn is None:
+            raise Unavailable(f"{self.name} has no {slug} (planned)")
+        return fn
+
+    def __repr__(self):
+        return f"Impl({self.name})"
+
+
+def get(name: str) -> Impl:
+    if name == "reference":
+        return Impl(name, {op: getattr(importlib.import_module(f"reference.{op}"), op) for op in OPS})
+    if name == "cuda":
+        p = device.probe()
+        if not p.ok:
+            raise Unavailable(f"GPU unavailable: {p.reason}")
+        ops = importlib.import_module("kernels_cu.ops")
+        return Impl(name, {op: getattr(ops, op) for op in OPS if hasattr(ops, op)})
+    raise Unavailable(f"{name}: the C++ engine binary is not part of this build yet (engine/ is planned)")
+
+
+def device_label(impl: str, arch: str | None, gpu_marked: bool) -> str:
+    if arch:
+        return f"compile-only {arch}"
+    if impl in GPU_IMPLS or gpu_marked:
+        p = device.probe()
+        return f"{p.name} {p.arch}" if p.ok else "gpu (absent)"
+    return "cpu"

@@ -1,0 +1,157 @@
+"""pytest plugin: the conformance report (reports/conformance.json and .md).
+
+Rows are clause x implementation x device/arch with the worst outcome (fail > pass > xfail > skip) and
+counts. Each test's clause IDs, implementation and device travel in `user_properties`, which
+pytest-xdist ships from workers to the controller, so a distributed run gives one merged report; only
+the controller (or a run without xdist) writes files. Tests add extra facts the same way:
+`("kernel_resources", {...})` for ptxas registers/smem/spills, `("mutants", {...})` for kill counts.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+
+import pytest
+
+from . import device, spec
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RANK = {"failed": 3, "passed": 2, "xfailed": 1, "skipped": 0}
+
+
+def pytest_addoption(parser):
+    parser.addoption("--report-dir", default=str(ROOT / "reports"),
+                     help="folder for conformance.json and conformance.md (default: reports/)")
+
+
+class _Collector:
+    def __init__(self, config):
+        self.config = config
+        self.rows: dict[tuple[str, str, str], dict] = {}
+        self.resources: dict[str, dict] = {}
+        self.mutants: dict[str, dict] = {}
+        self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report):
+        props = dict(p for p in report.user_properties if isinstance(p, tuple) and len(p) == 2)
+        for key, value in report.user_properties:
+            if key == "kernel_resources":
+                self.resources[f"{value['kernel']}@{value['arch']}"] = value
+            elif key == "mutants":
+                self.mutants.update(value)
+        outcome = _outcome(report)
+        if outcome is None:
+            return
+        self.tests[outcome] += 1
+        for sid in props.get("spec_ids", ()):
+            key = (sid, props.get("impl", "-"), props.get("device", "cpu"))
+            row = self.rows.setdefault(key, {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "skip_reasons": []})
+            row[outcome] += 1
+            if outcome == "skipped" and isinstance(report.longrepr, tuple):
+                reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+                if reason not in row["skip_reasons"] and len(row["skip_reasons"]) < 3:
+                    row["skip_reasons"].append(reason)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        if hasattr(self.config, "workerinput"):
+            return  # an xdist worker: its reports reach the controller, which writes the files
+        if not self.rows and not self.resources:
+            return
+        out = pathlib.Path(self.config.getoption("--report-dir"))
+        out.mkdir(parents=True, exist_ok=True)
+        data = self.build()
+        (out / "conformance.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        (out / "conformance.md").write_text(render_markdown(data))
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            s = data["summary"]
+            tr.write_line(f"conformance report: {out / 'conformance.md'}  clauses pass={s['pass']} fail={s['fail']} "
+                          f"skip={s['skip']} (rows: clause x impl x device)")
+
+    def build(self) -> dict:
+        from hypothesis import settings
+        p = device.probe()
+        reg = spec.registry()
+        rows = []
+        for (sid, impl, dev), r in sorted(self.rows.items()):
+            status = max((k for k in RANK if r[k]), key=RANK.get, default="skipped")
+            c = reg.get(sid)
+            rows.append({"clause": sid, "title": c.title if c else "?", "accuracy": c.accuracy if c else "?",
+                         "impl": impl, "device": dev, "status": {"passed": "pass", "failed": "fail",
+                                                                  "xfailed": "xfail", "skipped": "skip"}[status],
+                         **{k: r[k] for k in ("passed", "failed", "skipped", "xfailed")},
+                         "skip_reasons": r["skip_reasons"]})
+        covered = {r["clause"] for r in rows}
+        summary = {s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail")}
+        summary["tests"] = self.tests
+        summary["clauses_without_result"] = sorted(set(reg) - covered)
+        return {
+            "environment": {
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "gpu": p.name or None, "gpu_probe": p.reason, "compute_capability": p.arch or None,
+                "driver_api": p.driver or None, "driver": device.driver_version_string() or None,
+                "nvrtc": device.nvrtc_version(), "packages": device.package_versions(),
+                "git_revision": device.git_revision(str(ROOT)),
+                "hypothesis_profile": settings._current_profile,
+                "impl_selected": self.config.getoption("--impl", default=None),
+                "xdist_workers": int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+                or getattr(self.config.option, "numprocesses", None) or 0,
+            },
+            "summary": summary,
+            "rows": rows,
+            "kernel_resources": [self.resources[k] for k in sorted(self.resources)],
+            "mutants": self.mutants,
+        }
+
+
+def _outcome(report) -> str | None:
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        if hasattr(report, "wasxfail"):
+            return "xfailed" if report.outcome == "skipped" else "failed"  # strict xpass counts as fail
+        return {"passed": "passed", "failed": "failed", "skipped": "skipped"}[report.outcome]
+    if report.when == "teardown" and report.outcome == "failed":
+        return "failed"
+    return None
+
+
+def render_markdown(data: dict) -> str:
+    env = data["environment"]
+    lines = ["# Conformance report", "",
+             "| | |", "|---|---|"]
+    for k in ("date", "gpu", "compute_capability", "driver", "driver_api", "nvrtc", "git_revision",
+              "hypothesis_profile", "impl_selected", "xdist_workers", "gpu_probe"):
+        lines.append(f"| {k} | {env.get(k)} |")
+    lines.append(f"| packages | {', '.join(f'{k} {v}' for k, v in env['packages'].items())} |")
+    s = data["summary"]
+    lines += ["", f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['xfail']} xfail. "
+              f"**Tests:** {s['tests']}.", ""]
+    if s["clauses_without_result"]:
+        lines += [f"Clauses with no result in this run: {', '.join(s['clauses_without_result'])}", ""]
+    lines += ["| clause | title | accuracy | impl | device | status | pass/fail/skip | note |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        note = "; ".join(r["skip_reasons"])[:160] if r["status"] == "skip" else ""
+        lines.append(f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r['device']} | "
+                     f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |")
+    if data["kernel_resources"]:
+        lines += ["", "## Kernel resources (ptxas -v)", "",
+                  "| kernel | arch | registers | smem bytes | stack bytes | spill stores | spill loads |",
+                  "|---|---|---|---|---|---|---|"]
+        for k in data["kernel_resources"]:
+            lines.append(f"| {k['kernel']} | {k['arch']} | {k['registers']} | {k['smem']} | {k['stack']} | "
+                         f"{k['spill_stores']} | {k['spill_loads']} |")
+    if data["mutants"]:
+        killed = sum(1 for v in data["mutants"].values() if v["killed"])
+        lines += ["", f"## Mutants: {killed} / {len(data['mutants'])} killed", "",
+                  "| mutant | killed by |", "|---|---|"]
+        for name, v in sorted(data["mutants"].items()):
+            lines.append(f"| {name} | {v['by'] if v['killed'] else '**survived**'} |")
+    return "\n".join(lines) + "\n"
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_Collector(config), "kdtr-conformance-report")

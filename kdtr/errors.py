@@ -1,0 +1,68 @@
+"""KDTR error codes (FORMAT.md §3). The codes are stable: the C++ reader uses the same numbers."""
+from __future__ import annotations
+
+import enum
+
+
+class Code(enum.IntEnum):
+    TRUNCATED = 1
+    BAD_MAGIC = 2
+    BAD_ENDIAN = 3
+    HEADER_CRC = 4
+    UNSUPPORTED_VERSION = 5
+    UNSUPPORTED_FEATURE = 6
+    RESERVED_NONZERO = 7
+    BAD_ALIGNMENT = 8
+    NOT_FINALIZED = 9
+    INDEX_BOUNDS = 10
+    FILE_SIZE_MISMATCH = 11
+    INDEX_CRC = 12
+    INDEX_MAGIC = 13
+    LIMIT_EXCEEDED = 14
+    INDEX_LAYOUT = 15
+    BAD_NAME = 16
+    DUPLICATE_NAME = 17
+    UNSORTED = 18
+    BAD_DTYPE = 19
+    BAD_RANK = 20
+    BAD_SHAPE = 21
+    SIZE_OVERFLOW = 22
+    SIZE_MISMATCH = 23
+    BAD_OFFSET = 24
+    OUT_OF_BOUNDS = 25
+    BAD_META_KEY = 26
+    DUPLICATE_META_KEY = 27
+    BAD_UTF8 = 28
+    OVERLAP = 29
+    GAP = 30
+    NONZERO_PADDING = 31
+    HOST_LIMIT = 32
+    DATA_CRC = 33
+    BAD_BOOL = 34
+    IO = 90
+    ALLOC = 91
+    NOT_FOUND = 92
+
+    @property
+    def tag(self) -> str:
+        """'E07' style tag used in messages, golden file names and the C++ CLI."""
+        return f"E{self.value:02d}"
+
+
+class KdtrError(Exception):
+    """The only exception a KDTR reader lets escape for bad input.
+
+    `code` is stable across versions and across the Python and C++ readers; `entry` is the index of the
+    tensor (or metadata) entry that failed, or None for file-level checks; `name` is the sanitized name.
+    """
+
+    def __init__(self, code: Code, message: str, *, entry: int | None = None, name: str | None = None):
+        self.code = Code(code)
+        self.entry = entry
+        self.name = name
+        where = ""
+        if entry is not None:
+            where += f" entry {entry}"
+        if name is not None:
+            where += f" {name!r}"
+        super().__init__(f"KDTR {self.code.tag} {self.code.name}{where}: {message}")

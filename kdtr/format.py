@@ -1,0 +1,424 @@
+"""KDTR v1 reader and canonical writer (normative text: kdtr/FORMAT.md).
+
+The reader runs the checks of FORMAT.md §3 in exactly the listed order, with the same codes as the C++
+reader in kdtr/include/kdtr.hpp, so that both reject a given file with the same code. All size
+arithmetic is done on Python ints compared against 2**64 and 2**48 explicitly, mirroring the C++
+checked u64 arithmetic. Tensor payloads are returned as read-only zero-copy numpy views.
+"""
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import struct
+import zlib
+from typing import Mapping
+
+import numpy as np
+
+from .errors import Code, KdtrError
+
+MAGIC = b"\x89KDTR\r\n\x1a"
+INDEX_MAGIC = b"KDIX"
+ENDIAN_TAG = 0x01020304
+ENDIAN_TAG_SWAPPED = 0x04030201
+HEADER_SIZE = 64
+INDEX_HEADER_SIZE = 32
+ENTRY_SIZE = 128
+META_ENTRY_SIZE = 8
+MAX_RANK = 8
+MAX_NAME = 256
+MAX_TENSORS = 262_144
+MAX_META = 65_536
+MAX_VALUE = 16 << 20
+MAX_INDEX = 64 << 20
+MAX_BYTES = 1 << 48          # file size, tensor size and every partial size product
+U64 = 1 << 64
+DEFAULT_ALIGN_LOG2 = 6
+
+# dtype code -> (name, itemsize, numpy dtype or None when ml_dtypes is missing)
+try:
+    import ml_dtypes as _mld
+    _BF16, _E4M3, _E5M2 = np.dtype(_mld.bfloat16), np.dtype(_mld.float8_e4m3fn), np.dtype(_mld.float8_e5m2)
+except ImportError:  # pragma: no cover - ml_dtypes is a declared dependency
+    _BF16 = _E4M3 = _E5M2 = None
+
+DTYPES: dict[int, tuple[str, int, np.dtype | None]] = {
+    1: ("BOOL", 1, np.dtype(np.bool_)),
+    2: ("U8", 1, np.dtype("u1")),
+    3: ("I8", 1, np.dtype("i1")),
+    4: ("U16", 2, np.dtype("<u2")),
+    5: ("I16", 2, np.dtype("<i2")),
+    6: ("U32", 4, np.dtype("<u4")),
+    7: ("I32", 4, np.dtype("<i4")),
+    8: ("U64", 8, np.dtype("<u8")),
+    9: ("I64", 8, np.dtype("<i8")),
+    10: ("F16", 2, np.dtype("<f2")),
+    11: ("BF16", 2, _BF16),
+    12: ("F32", 4, np.dtype("<f4")),
+    13: ("F64", 8, np.dtype("<f8")),
+    14: ("C64", 8, np.dtype("<c8")),
+    15: ("C128", 16, np.dtype("<c16")),
+    16: ("F8_E4M3FN", 1, _E4M3),
+    17: ("F8_E5M2", 1, _E5M2),
+}
+# raw fallbacks when ml_dtypes is absent: same bytes, tagged with the KDTR name
+_RAW = {2: np.dtype("<u2"), 1: np.dtype("u1")}
+
+
+def dtype_code(dt: np.dtype) -> int:
+    """KDTR dtype code of a numpy dtype; ValueError naming the dtype when it has none."""
+    dt = np.dtype(dt)
+    base = dt.newbyteorder("<") if dt.byteorder == ">" else dt
+    for code, (_, _, npdt) in DTYPES.items():
+        if npdt is not None and base == npdt:
+            return code
+    raise ValueError(f"dtype {dt} has no KDTR v1 code (supported: {', '.join(n for n, _, _ in DTYPES.values())})")
+
+
+def numpy_dtype(code: int) -> np.dtype:
+    name, size, npdt = DTYPES[code]
+    return npdt if npdt is not None else _RAW[size]
+
+
+def align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
+
+
+def valid_name(b: bytes) -> bool:
+    return 1 <= len(b) <= MAX_NAME and all(0x21 <= c <= 0x7E for c in b)
+
+
+# ------------------------------------------------------------------------------------------- writer
+def dumps(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None, *,
+          align_log2: int = DEFAULT_ALIGN_LOG2) -> bytes:
+    """Canonical KDTR bytes: data in name order, every pad and reserved byte zero, no timestamps.
+
+    The same arrays and metadata always give the same bytes, whatever the insertion order.
+    """
+    metadata = dict(metadata or {})
+    if not 6 <= align_log2 <= 12:
+        raise ValueError(f"align_log2={align_log2} is outside 6..12")
+    A = 1 << align_log2
+    names = sorted(tensors, key=lambda n: n.encode("ascii", "replace"))
+    for n in names:
+        if not isinstance(n, str) or not valid_name(n.encode("ascii", "replace")) or not n.isascii():
+            raise ValueError(f"tensor name {n!r}: must be 1..256 printable ASCII characters without space")
+    keys = sorted(metadata, key=lambda k: k.encode("ascii", "replace"))
+    for k in keys:
+        if not isinstance(k, str) or not k.isascii() or not valid_name(k.encode()):
+            raise ValueError(f"metadata key {k!r}: must be 1..256 printable ASCII characters without space")
+        v = metadata[k]
+        if not isinstance(v, str) or "\x00" in v or len(v.encode("utf-8", "strict")) > MAX_VALUE:
+            raise ValueError(f"metadata value for {k!r}: must be a str without NUL, at most 16 MiB as UTF-8")
+    if len(names) > MAX_TENSORS or len(keys) > MAX_META:
+        raise ValueError("too many tensors or metadata entries for KDTR v1")
+
+    out = bytearray(A)  # header placeholder + zero pad up to A
+    entries = []
+    for n in names:
+        arr = np.asarray(tensors[n])
+        code = dtype_code(arr.dtype)
+        if arr.ndim > MAX_RANK:
+            raise ValueError(f"tensor {n!r}: rank {arr.ndim} > {MAX_RANK}")
+        data = np.ascontiguousarray(arr, dtype=numpy_dtype(code)).tobytes()
+        if len(data) == 0:
+            offset = 0
+        else:
+            offset = len(out)
+            out += data
+            out += bytes(align_up(len(out), A) - len(out))
+        entries.append((n.encode(), code, arr.shape, offset, len(data), zlib.crc32(data)))
+    index_offset = len(out)
+
+    heap = b"".join(e[0] for e in entries)
+    meta_entries = b""
+    for k in keys:
+        kb, vb = k.encode(), metadata[k].encode("utf-8")
+        meta_entries += struct.pack("<II", len(kb), len(vb))
+        heap += kb + vb
+    idx = bytearray(struct.pack("<4sIIIQQ", INDEX_MAGIC, len(entries), len(keys), 0, len(heap), 0))
+    for nb, code, shape, offset, nbytes, crc in entries:
+        dims = list(shape) + [0] * (MAX_RANK - len(shape))
+        idx += struct.pack("<HHB3xI4xQQ8Q32x", len(nb), code, len(shape), crc, offset, nbytes, *dims)
+    idx += meta_entries + heap
+    out += idx
+    hdr = struct.pack("<8sHHIIIB7xQQI8x", MAGIC, 1, 0, ENDIAN_TAG, 0, 0, align_log2,
+                      index_offset, len(idx), zlib.crc32(idx))
+    hdr += struct.pack("<I", zlib.crc32(hdr))
+    out[:HEADER_SIZE] = hdr
+    return bytes(out)
+
+
+def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
+         *, align_log2: int = DEFAULT_ALIGN_LOG2, _before_publish=None) -> None:
+    """Publish atomically: temp file in the same folder, fsync, rename, fsync the folder.
+
+    A crash at any point leaves the old file or the new one at `path`, never a torn one; an existing
+    file is never modified in place (readers holding an mmap of it keep valid pages).
+    `_before_publish` is a test hook called after the temp file is durable and before the rename.
+    """
+    data = dumps(tensors, metadata, align_log2=align_log2)
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    import tempfile
+    fd, tmp = tempfile.mkstemp(prefix=".kdtr-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if _before_publish is not None:
+            _before_publish(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+# ------------------------------------------------------------------------------------------- reader
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype_code: int
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    crc32: int
+
+    @property
+    def dtype_name(self) -> str:
+        return DTYPES[self.dtype_code][0]
+
+
+class KdtrFile:
+    """A validated KDTR file: `infos` (name -> TensorInfo), `metadata`, and zero-copy tensor views."""
+
+    def __init__(self, buf, infos: dict[str, TensorInfo], metadata: dict[str, str], align_log2: int):
+        self._buf = buf
+        self.infos = infos
+        self.metadata = metadata
+        self.align_log2 = align_log2
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.infos
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        info = self.infos.get(name)
+        if info is None:
+            raise KdtrError(Code.NOT_FOUND, "no tensor of that name", name=name)
+        dt = numpy_dtype(info.dtype_code)
+        if info.nbytes == 0:
+            a = np.zeros(info.shape, dt)
+            a.flags.writeable = False
+            return a
+        a = np.frombuffer(self._buf, dtype=dt, count=info.nbytes // dt.itemsize, offset=info.offset)
+        return a.reshape(info.shape)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        return {n: self[n] for n in self.infos}
+
+
+def _u16(b, o): return int.from_bytes(b[o:o + 2], "little")
+def _u32(b, o): return int.from_bytes(b[o:o + 4], "little")
+def _u64(b, o): return int.from_bytes(b[o:o + 8], "little")
+
+
+def _strict_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8", "strict")  # rejects overlongs, surrogates, > U+10FFFF
+    except UnicodeDecodeError:
+        return False
+    return b"\x00" not in b
+
+
+def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_size: int = MAX_INDEX) -> KdtrFile:
+    """Validate `buf` (bytes, bytearray, memoryview or mmap) and return a KdtrFile over it."""
+    view = memoryview(buf).cast("B") if not isinstance(buf, mmap.mmap) else buf
+    fsize = len(view)
+    # 1
+    if fsize < HEADER_SIZE + INDEX_HEADER_SIZE:
+        raise KdtrError(Code.TRUNCATED, f"file is {fsize} bytes, shorter than 96")
+    if fsize > MAX_BYTES:
+        raise KdtrError(Code.HOST_LIMIT, f"file is {fsize} bytes, more than 2^48")
+    h = bytes(view[:HEADER_SIZE])
+    # 2-4
+    if h[:8] != MAGIC:
+        raise KdtrError(Code.BAD_MAGIC, f"magic is {h[:8].hex()}, expected {MAGIC.hex()}")
+    tag = _u32(h, 12)
+    if tag != ENDIAN_TAG:
+        why = "written by a big-endian writer" if tag == ENDIAN_TAG_SWAPPED else f"endian tag 0x{tag:08x}"
+        raise KdtrError(Code.BAD_ENDIAN, why)
+    if zlib.crc32(h[:60]) != _u32(h, 60):
+        raise KdtrError(Code.HEADER_CRC, f"header CRC 0x{_u32(h, 60):08x} != computed 0x{zlib.crc32(h[:60]):08x}")
+    # 5-8
+    if _u16(h, 8) != 1:
+        raise KdtrError(Code.UNSUPPORTED_VERSION, f"major version {_u16(h, 8)}, this reader knows 1")
+    if _u32(h, 16) != 0:
+        raise KdtrError(Code.UNSUPPORTED_FEATURE, f"incompat_flags 0x{_u32(h, 16):08x}")
+    if any(h[25:32]) or any(h[52:60]):
+        raise KdtrError(Code.RESERVED_NONZERO, "reserved header bytes are not zero")
+    align_log2 = h[24]
+    if not 6 <= align_log2 <= 12:
+        raise KdtrError(Code.BAD_ALIGNMENT, f"align_log2 {align_log2} outside 6..12")
+    A = 1 << align_log2
+    # 9-11
+    index_offset, index_size = _u64(h, 32), _u64(h, 40)
+    if index_offset == 0:
+        raise KdtrError(Code.NOT_FINALIZED, "index_offset is 0 (file was never finalized)")
+    if index_offset < A or index_offset % A or not INDEX_HEADER_SIZE <= index_size <= max_index_size:
+        raise KdtrError(Code.INDEX_BOUNDS, f"index at {index_offset} size {index_size} (A={A})")
+    if index_offset + index_size >= U64 or index_offset + index_size != fsize:
+        raise KdtrError(Code.FILE_SIZE_MISMATCH, f"index ends at {index_offset + index_size}, file is {fsize} bytes")
+    # 12: private copy of the index, validated from here on (no double fetch from the mapping)
+    idx = bytes(view[index_offset:index_offset + index_size])
+    if zlib.crc32(idx) != _u32(h, 48):
+        raise KdtrError(Code.INDEX_CRC, f"index CRC 0x{_u32(h, 48):08x} != computed 0x{zlib.crc32(idx):08x}")
+    # 13-15
+    if idx[:4] != INDEX_MAGIC:
+        raise KdtrError(Code.INDEX_MAGIC, f"index magic {idx[:4]!r}")
+    if any(idx[12:16]) or any(idx[24:32]):
+        raise KdtrError(Code.RESERVED_NONZERO, "reserved index header bytes are not zero")
+    T, M, S = _u32(idx, 4), _u32(idx, 8), _u64(idx, 16)
+    if T > MAX_TENSORS or M > MAX_META:
+        raise KdtrError(Code.LIMIT_EXCEEDED, f"{T} tensors / {M} metadata entries over the limits")
+    total = INDEX_HEADER_SIZE + ENTRY_SIZE * T + META_ENTRY_SIZE * M + S
+    if total >= U64 or total != index_size:
+        raise KdtrError(Code.INDEX_LAYOUT, f"32+128*{T}+8*{M}+{S} != index_size {index_size}")
+    heap0 = INDEX_HEADER_SIZE + ENTRY_SIZE * T + META_ENTRY_SIZE * M
+    pos = 0
+    infos: dict[str, TensorInfo] = {}
+    prev = None
+    # 16-24 per tensor entry
+    for i in range(T):
+        e = idx[INDEX_HEADER_SIZE + ENTRY_SIZE * i: INDEX_HEADER_SIZE + ENTRY_SIZE * (i + 1)]
+        nlen = _u16(e, 0)
+        if not 1 <= nlen <= MAX_NAME:
+            raise KdtrError(Code.LIMIT_EXCEEDED, f"name_len {nlen} outside 1..256", entry=i)
+        if pos + nlen > S:
+            raise KdtrError(Code.INDEX_LAYOUT, "name runs past the string heap", entry=i)
+        nb = idx[heap0 + pos: heap0 + pos + nlen]
+        pos += nlen
+        if not valid_name(nb):
+            raise KdtrError(Code.BAD_NAME, "name has bytes outside 0x21..0x7E", entry=i, name=nb.decode("ascii", "backslashreplace"))
+        name = nb.decode("ascii")
+        if prev is not None and nb == prev:
+            raise KdtrError(Code.DUPLICATE_NAME, "name repeats the previous entry", entry=i, name=name)
+        if prev is not None and nb < prev:
+            raise KdtrError(Code.UNSORTED, "names are not in ascending byte order", entry=i, name=name)
+        prev = nb
+        code = _u16(e, 2)
+        if code not in DTYPES:
+            raise KdtrError(Code.BAD_DTYPE, f"dtype code {code}", entry=i, name=name)
+        rank = e[4]
+        if rank > MAX_RANK:
+            raise KdtrError(Code.BAD_RANK, f"rank {rank} > 8", entry=i, name=name)
+        dims = [_u64(e, 32 + 8 * d) for d in range(MAX_RANK)]
+        if any(dims[rank:]):
+            raise KdtrError(Code.BAD_SHAPE, "dims beyond the rank are not zero", entry=i, name=name)
+        if any(e[5:8]) or any(e[12:16]) or any(e[96:128]):
+            raise KdtrError(Code.RESERVED_NONZERO, "reserved entry bytes are not zero", entry=i, name=name)
+        itemsize = DTYPES[code][1]
+        size = itemsize
+        if 0 in dims[:rank]:
+            size = 0
+        for d in dims[:rank]:
+            if d > MAX_BYTES:
+                raise KdtrError(Code.SIZE_OVERFLOW, f"dim {d} > 2^48", entry=i, name=name)
+            if size:
+                size *= d
+                if size > MAX_BYTES:
+                    raise KdtrError(Code.SIZE_OVERFLOW, "size product exceeds 2^48", entry=i, name=name)
+        nbytes, offset = _u64(e, 24), _u64(e, 16)
+        if size != nbytes:
+            raise KdtrError(Code.SIZE_MISMATCH, f"nbytes {nbytes} != dims x itemsize {size}", entry=i, name=name)
+        if (nbytes == 0 and offset != 0) or (nbytes != 0 and (offset % A or offset < A)):
+            raise KdtrError(Code.BAD_OFFSET, f"offset {offset} (nbytes {nbytes}, A={A})", entry=i, name=name)
+        if offset + nbytes > index_offset:
+            raise KdtrError(Code.OUT_OF_BOUNDS, f"data [{offset}, {offset + nbytes}) runs into the index", entry=i, name=name)
+        infos[name] = TensorInfo(name, code, tuple(dims[:rank]), offset, nbytes, _u32(e, 8))
+    # 25-26 metadata entries
+    metadata: dict[str, str] = {}
+    prev = None
+    m0 = INDEX_HEADER_SIZE + ENTRY_SIZE * T
+    for j in range(M):
+        klen, vlen = _u32(idx, m0 + 8 * j), _u32(idx, m0 + 8 * j + 4)
+        if not 1 <= klen <= MAX_NAME:
+            raise KdtrError(Code.LIMIT_EXCEEDED, f"key_len {klen} outside 1..256", entry=j)
+        if pos + klen > S:
+            raise KdtrError(Code.INDEX_LAYOUT, "key runs past the string heap", entry=j)
+        kb = idx[heap0 + pos: heap0 + pos + klen]
+        pos += klen
+        if not valid_name(kb):
+            raise KdtrError(Code.BAD_META_KEY, "key has bytes outside 0x21..0x7E", entry=j, name=kb.decode("ascii", "backslashreplace"))
+        key = kb.decode("ascii")
+        if prev is not None and kb == prev:
+            raise KdtrError(Code.DUPLICATE_META_KEY, "key repeats the previous entry", entry=j, name=key)
+        if prev is not None and kb < prev:
+            raise KdtrError(Code.UNSORTED, "metadata keys are not in ascending byte order", entry=j, name=key)
+        prev = kb
+        if vlen > MAX_VALUE:
+            raise KdtrError(Code.LIMIT_EXCEEDED, f"value_len {vlen} > 16 MiB", entry=j, name=key)
+        if pos + vlen > S:
+            raise KdtrError(Code.INDEX_LAYOUT, "value runs past the string heap", entry=j, name=key)
+        vb = idx[heap0 + pos: heap0 + pos + vlen]
+        pos += vlen
+        if not _strict_utf8(vb):
+            raise KdtrError(Code.BAD_UTF8, "value is not strict UTF-8 without NUL", entry=j, name=key)
+        metadata[key] = vb.decode("utf-8")
+    # 27
+    if pos != S:
+        raise KdtrError(Code.INDEX_LAYOUT, f"string heap has {S - pos} unreferenced bytes")
+    # 28 coverage: every data byte belongs to exactly one tensor or one pad
+    cur = A
+    order = sorted((inf for inf in infos.values() if inf.nbytes), key=lambda t: t.offset)
+    for inf in order:
+        if inf.offset < cur:
+            raise KdtrError(Code.OVERLAP, f"data at {inf.offset} overlaps bytes before {cur}", name=inf.name)
+        if inf.offset > cur:
+            raise KdtrError(Code.GAP, f"gap of {inf.offset - cur} bytes before the data", name=inf.name)
+        cur = align_up(inf.offset + inf.nbytes, A)
+    if cur != index_offset:
+        raise KdtrError(Code.GAP, f"gap of {index_offset - cur} bytes before the index")
+    # 29 padding
+    if any(view[HEADER_SIZE:A]):
+        raise KdtrError(Code.NONZERO_PADDING, "bytes between the header and the first alignment are not zero")
+    for inf in order:
+        end = inf.offset + inf.nbytes
+        if any(view[end:align_up(end, A)]):
+            raise KdtrError(Code.NONZERO_PADDING, "pad after the data is not zero", name=inf.name)
+    # 30-31
+    if verify_data:
+        for inf in infos.values():
+            crc = zlib.crc32(view[inf.offset:inf.offset + inf.nbytes]) if inf.nbytes else 0
+            if crc != inf.crc32:
+                raise KdtrError(Code.DATA_CRC, f"data CRC 0x{inf.crc32:08x} != computed 0x{crc:08x}", name=inf.name)
+    if check_bool:
+        for inf in infos.values():
+            if inf.dtype_code == 1 and inf.nbytes:
+                raw = np.frombuffer(view, np.uint8, inf.nbytes, inf.offset)
+                if (raw > 1).any():
+                    raise KdtrError(Code.BAD_BOOL, "BOOL byte other than 0 or 1", name=inf.name)
+    return KdtrFile(buf, infos, metadata, align_log2)
+
+
+def load(path: str | os.PathLike, *, verify_data: bool = True, check_bool: bool = True,
+         max_index_size: int = MAX_INDEX) -> KdtrFile:
+    """mmap `path` read-only and validate it; the returned views keep the mapping alive."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                raise KdtrError(Code.TRUNCATED, "file is empty")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as e:
+        raise KdtrError(Code.IO, f"{os.fspath(path)}: {e.strerror} (errno {e.errno})") from e
+    return loads(mm, verify_data=verify_data, check_bool=check_bool, max_index_size=max_index_size)
