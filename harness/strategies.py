@@ -32,3 +32,194 @@ def kdtr_contents():
     values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=40)
     metadata = st.dictionaries(kdtr_names().filter(lambda k: not k.startswith("kdtr.")), values, max_size=4)
     return st.tuples(tensors, metadata, st.sampled_from([6, 7, 12]))
+
+
+# ------------------------------------------------------------------------------------------- tree_build
+class TopK(tuple):
+    """(top_logp, top_ids, root_tokens, budget, prefix_lens) with a readable repr for failure reports."""
+
+    def __repr__(self):
+        lp, ids, roots, B, pre = self
+        return f"TopK(bs={lp.shape[0]}, L={lp.shape[1]}, K_in={lp.shape[2]}, B={B}, prefix={pre.tolist()}, " \
+               f"lp={lp.tolist()!r}, ids={ids.tolist()!r}, roots={roots.tolist()})"
+
+
+def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> np.ndarray:
+    """Sorted (non-increasing) log-prob rows. 'bf16' and 'coarse' make ties common."""
+    raw = -rng.exponential(2.0, shape)
+    if style == "bf16":
+        raw = raw.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+    elif style == "coarse":
+        raw = np.round(raw * 2) / 2
+    elif style == "wide":  # log-probs spanning > 53 bits of magnitude, where float64 rounding shows
+        raw = -np.exp(rng.uniform(-25, 5, shape))
+    lp = -np.sort(-raw.astype(np.float32), axis=-1)
+    if inf_frac and shape[-1]:
+        cut = rng.integers(0, shape[-1] + 1, shape[:-1])
+        cut = np.where(rng.random(shape[:-1]) < inf_frac, cut, shape[-1])
+        lp = np.where(np.arange(shape[-1]) >= cut[..., None], -np.inf, lp).astype(np.float32)
+    return np.minimum(lp, np.float32(0)).astype(np.float32)
+
+
+@st.composite
+def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None, max_prefix=70):
+    bs = draw(st.integers(1, max_bs), label="bs")
+    L = draw(st.integers(0, max_L), label="L")
+    K_in = draw(st.integers(0 if L == 0 else 1, max_K), label="K_in")
+    if max_candidates is not None:
+        while L > 1 and sum(K_in ** d for d in range(1, L + 1)) > max_candidates:
+            L -= 1
+    B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
+    style = draw(st.sampled_from(["bf16", "coarse", "continuous", "wide"]), label="style")
+    inf_frac = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]), label="inf_frac")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    lp = logp_rows(rng, (bs, L, K_in), style, inf_frac)
+    vocab = max(K_in, draw(st.sampled_from([K_in, 50, 150_000]), label="vocab"))
+    ids = np.stack([np.stack([rng.choice(vocab, K_in, replace=False) for _ in range(L)]) if L else
+                    np.zeros((0, K_in), np.int64) for _ in range(bs)]).astype(np.int32).reshape(bs, L, K_in)
+    roots = rng.integers(0, vocab + 1, bs).astype(np.int32)
+    prefix = rng.choice([0, 1, 5, 63, 64, 65, max_prefix], bs).astype(np.int32)
+    return TopK((lp, ids, roots, B, prefix))
+
+
+# ------------------------------------------------------------------------------------------- trees
+@st.composite
+def parent_arrays(draw, min_nodes=1, max_nodes=40):
+    """Parent arrays with parent[i] < i (parent[0] = -1) in varied shapes; small ones shrink well."""
+    n = draw(st.integers(min_nodes, max_nodes), label="n_nodes")
+    shape = draw(st.sampled_from(["random", "path", "star", "binary", "seeded"]), label="shape")
+    if shape == "path":
+        par = np.arange(-1, n - 1)
+    elif shape == "star":
+        par = np.zeros(n, np.int64)
+    elif shape == "binary":
+        par = (np.arange(n) - 1) // 2
+    elif shape == "seeded":
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+        par = (rng.random(n) * np.arange(n)).astype(np.int64)
+    else:
+        par = np.array([0] + [draw(st.integers(0, i - 1)) for i in range(1, n)], np.int64)
+    par[0] = -1
+    return par.astype(np.int32)
+
+
+def depths_of(par: np.ndarray) -> np.ndarray:
+    d = np.zeros(len(par), np.int32)
+    for i in range(1, len(par)):
+        d[i] = d[par[i]] + 1
+    return d
+
+
+def links_of(par: np.ndarray, D: int) -> tuple[np.ndarray, np.ndarray]:
+    """first_child / next_sibling for parents of the first len(par) slots of a D-slot tree."""
+    fc, ns, last = np.full(D, -1, np.int32), np.full(D, -1, np.int32), {}
+    for i in range(1, len(par)):
+        p = int(par[i])
+        if p in last:
+            ns[last[p]] = i
+        else:
+            fc[p] = i
+        last[p] = i
+    return fc, ns
+
+
+class AcceptCase(tuple):
+    """(parents, n_nodes, tokens, first_child, next_sibling, target, max_depth)"""
+
+    def __repr__(self):
+        par, n, tok, fc, ns, tgt, L = self
+        return f"AcceptCase(n_nodes={n.tolist()}, max_depth={L}, parents={par.tolist()}, tokens={tok.tolist()}, " \
+               f"target={tgt.tolist()})"
+
+
+@st.composite
+def accept_cases(draw, max_bs=4, max_nodes=33, vocab=None):
+    """Trees padded to one width D, tokens from a small vocabulary (duplicate siblings happen), and target
+    tokens with planted matches so walks go deep."""
+    bs = draw(st.integers(1, max_bs), label="bs")
+    pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
+    D = max(len(p) for p in pars) + draw(st.integers(0, 3), label="pad")
+    V = vocab or draw(st.sampled_from([3, 8, 1000]), label="vocab")
+    plant = draw(st.sampled_from([0.0, 0.5, 0.9, 1.0]), label="plant")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    parents = np.full((bs, D), -1, np.int32)
+    tokens = rng.integers(0, V, (bs, D)).astype(np.int32)
+    fc = np.full((bs, D), -1, np.int32)
+    ns = np.full((bs, D), -1, np.int32)
+    target = rng.integers(0, V, (bs, D)).astype(np.int32)
+    n_nodes = np.array([len(p) for p in pars], np.int32)
+    L = 0
+    for b, par in enumerate(pars):
+        parents[b, :len(par)] = par
+        fc[b], ns[b] = links_of(par, D)
+        L = max(L, int(depths_of(par).max()))
+        for u in range(len(par)):
+            kids = np.flatnonzero(par == u)
+            if len(kids) and rng.random() < plant:
+                target[b, u] = tokens[b, rng.choice(kids)]
+    L = L + draw(st.integers(0, 2), label="extra_depth")
+    return AcceptCase((parents, n_nodes, tokens, fc, ns, target, min(L, 32)))
+
+
+# ------------------------------------------------------------------------------------------- paged caches
+class PagedCase(tuple):
+    """(q, kv_cache, block_table, prefix_lens, visibility, scale, parents, n_nodes)"""
+
+    def __repr__(self):
+        q, kv, bt, pre, vis, scale, par, n = self
+        return f"PagedCase(q={q.shape} {q.dtype}, kv={kv.shape}, prefix={pre.tolist()}, scale={scale}, " \
+               f"parents={par.tolist()})"
+
+
+def poison(a: np.ndarray, mask) -> None:
+    """Fill rows with a NaN whose payload is recognisable (0x7fc0dead in fp32; bf16 quiet NaN)."""
+    nan = np.array([0x7FC0DEAD], np.uint32).view(np.float32)[0] if a.dtype == np.float32 else np.nan
+    a[mask] = nan
+
+
+def build_paged_cache(rng, dtype, prefix_lens, Q, page_size, H, *, spare_pages=2, q_scale=1.0):
+    """A random block table over a shuffled page pool; unreferenced pages and rows past each request's
+    length are NaN-poisoned. Returns (q, kv_cache, block_table)."""
+    bs = len(prefix_lens)
+    pages = [(int(p) + Q + page_size - 1) // page_size for p in prefix_lens]
+    max_pages = max(pages) + 1
+    total = sum(pages) + spare_pages
+    perm = rng.permutation(total)
+    kv = (rng.standard_normal((total, page_size, 576)) * 0.5).astype(np.float32)
+    bt = np.full((bs, max_pages), 2_147_480_000, np.int32)  # dead entries hold a huge index, as FlashMLA's tests do
+    used = np.zeros((total, page_size), bool)
+    k = 0
+    for b in range(bs):
+        bt[b, :pages[b]] = perm[k:k + pages[b]]
+        k += pages[b]
+        n = int(prefix_lens[b]) + Q
+        for p in range(n):
+            used[bt[b, p // page_size], p % page_size] = True
+    kv = kv.astype(dtype)
+    poison(kv, ~used)
+    q = (rng.standard_normal((bs, Q, H, 576)) * q_scale).astype(np.float32).astype(dtype)
+    return q, kv, bt
+
+
+@st.composite
+def paged_cases(draw, dtype=np.float32, heads=(1, 8, 16, 64, 128), max_bs=3, max_nodes=12,
+                prefixes=(0, 1, 63, 64, 65, 300), page_sizes=(1, 16, 64)):
+    from reference.tree_build import layouts
+    bs = draw(st.integers(1, max_bs), label="bs")
+    H = draw(st.sampled_from(heads), label="H")
+    page_size = draw(st.sampled_from(page_sizes), label="page_size")
+    pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
+    Q = max(len(p) for p in pars)
+    prefix = np.array([draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)], np.int32)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    parents = np.full((bs, Q), -1, np.int32)
+    depths = np.zeros((bs, Q), np.int32)
+    n_nodes = np.array([len(p) for p in pars], np.int32)
+    for b, p in enumerate(pars):
+        parents[b, :len(p)] = p
+        depths[b, :len(p)] = depths_of(p)
+    vis = layouts(parents, depths, n_nodes, prefix)[0]
+    q, kv, bt = build_paged_cache(rng, dtype, prefix, Q, page_size, H,
+                                  q_scale=draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale"))
+    scale = draw(st.sampled_from([0.130861, 192 ** -0.5, 576 ** -0.5, 0.144680]), label="softmax_scale")
+    return PagedCase((q, kv, bt, prefix, vis, scale, parents, n_nodes))

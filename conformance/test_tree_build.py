@@ -1,0 +1,288 @@
+"""tree_build conformance (spec/tree_build.md) for every implementation."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from harness import strategies as hh
+from harness.compare import assert_bit_exact
+from reference import oracles
+from reference import tree_build as ref
+from reference.validate import InputError
+
+ORACLE_CANDIDATES = 3000  # keep the brute-force enumeration small
+
+
+def run(impl, case):
+    lp, ids, roots, B, prefix = case
+    return impl.op("tree_build")(lp, ids, roots, B, prefix)
+
+
+def valid_case(bs=2, L=3, K=4, B=6):
+    rng = np.random.default_rng(7)
+    lp = hh.logp_rows(rng, (bs, L, K), "bf16", 0.0)
+    ids = np.stack([np.stack([rng.permutation(100)[:K] for _ in range(L)]) for _ in range(bs)]).astype(np.int32)
+    return hh.TopK((lp, ids, np.arange(bs, dtype=np.int32) + 500, B, np.full(bs, 5, np.int32)))
+
+
+def _replace(case, i, value):
+    c = list(case)
+    c[i] = value
+    return hh.TopK(tuple(c))
+
+
+def _lp_with(fn):
+    lp = valid_case()[0].copy()
+    fn(lp)
+    return lp
+
+
+def _ids_dup():
+    ids = valid_case()[1].copy()
+    ids[1, 2, 3] = ids[1, 2, 0]
+    return ids
+
+
+# --- TB.1 Inputs ------------------------------------------------------------------------------------------
+BAD = [
+    pytest.param(0, valid_case()[0].astype(np.float64), "top_logp: dtype float64", id="logp-float64",
+                 marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(0, valid_case()[0][0], "top_logp: shape .* has 2 dims", id="logp-rank2", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(1, valid_case()[1][:, :2], r"top_ids: shape \(2, 2, 4\), expected \(2, 3, 4\)", id="ids-shape",
+                 marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(1, valid_case()[1].astype(np.int64), "top_ids: dtype int64", id="ids-int64", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(2, np.zeros(3, np.int32), r"root_tokens: shape \(3,\)", id="roots-shape", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(2, [1, 2], "root_tokens: expected a numpy array", id="roots-list", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(4, np.zeros(2, np.int64), "prefix_lens: dtype int64", id="prefix-int64", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(3, 1025, "budget: 1025 is outside 0..1024", id="budget-too-large", marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(3, -1, "budget: -1 is outside", id="budget-negative", marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(3, 2.0, "budget: expected an integer", id="budget-float", marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(2, np.array([1, -4], np.int32), "root_tokens: negative token id", id="roots-negative",
+                 marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(4, np.array([0, -1], np.int32), "prefix_lens: negative length", id="prefix-negative",
+                 marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(0, np.zeros((2, 33, 1), np.float32), "top_logp: depth L=33 is more than 32", id="L-too-large",
+                 marks=pytest.mark.spec("TB.1.2")),
+    pytest.param(0, _lp_with(lambda a: a.__setitem__((1, 1, 2), np.nan)), r"top_logp: NaN at \(1, 1, 2\)", id="nan",
+                 marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(0, _lp_with(lambda a: a.__setitem__((0, 0, 0), 0.5)), "top_logp: log-prob > 0", id="positive",
+                 marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(0, _lp_with(lambda a: a.__setitem__((0, 0, 0), np.inf)), "top_logp: log-prob > 0", id="plus-inf",
+                 marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(0, _lp_with(lambda a: a.__setitem__((1, 2, slice(None)), a[1, 2, ::-1].copy())),
+                 r"top_logp: row \[1, 2\] is not non-increasing", id="unsorted", marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(1, _ids_dup(), r"top_ids: row \[1, 2\] has duplicate token ids", id="duplicate-ids",
+                 marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(1, -valid_case()[1] - 1, "top_ids: negative token id", id="ids-negative", marks=pytest.mark.spec("TB.1.3")),
+]
+
+
+@pytest.mark.parametrize("arg,value,message", BAD)
+def test_bad_input_rejected_with_argument_named(impl, arg, value, message):
+    case = _replace(valid_case(), arg, value)
+    if arg == 0 and isinstance(value, np.ndarray) and value.ndim == 3 and value.shape != case[1].shape:
+        case = _replace(case, 1, np.zeros(value.shape, np.int32) + np.arange(value.shape[-1], dtype=np.int32))
+    with pytest.raises(InputError, match=message):
+        run(impl, case)
+
+
+@pytest.mark.spec("TB.1.4")
+def test_usable_after_bad_input(impl):
+    """A rejected call leaves the implementation (and the device) usable, with the right answer next."""
+    good = valid_case()
+    expect = ref.tree_build(*good)
+    for bad in BAD:
+        arg, value, _ = bad.values
+        with pytest.raises(InputError):
+            run(impl, _replace(good, arg, value))
+        got = run(impl, good)
+        assert_bit_exact(got.parents, expect.parents, what="parents", spec_id="TB.1.4")
+        assert_bit_exact(got.scores, expect.scores, what="scores", spec_id="TB.1.4")
+
+
+# --- TB.2 Algorithm ---------------------------------------------------------------------------------------
+def check_against_oracle(got, case, spec_id):
+    lp, ids, roots, B, prefix = case
+    for b in range(lp.shape[0]):
+        par, dep, tok, rk, sc = oracles.brute_force_tree(lp[b], ids[b], B)
+        n = len(par)
+        ctx = {"request": b, "B": B}
+        assert int(got.n_nodes[b]) == 1 + n, f"[{spec_id}] request {b}: n_nodes {int(got.n_nodes[b])}, oracle {1 + n}"
+        assert_bit_exact(got.parents[b, 1:1 + n], np.array(par, np.int32), what="parents", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.depths[b, 1:1 + n], np.array(dep, np.int32), what="depths", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.tokens[b, 1:1 + n], np.array(tok, np.int32), what="tokens", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.ranks[b, 1:1 + n], np.array(rk, np.int32), what="ranks", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.scores[b, 1:1 + n], np.array(sc, np.float64), what="scores", spec_id=spec_id, context=ctx)
+
+
+def check_matches_reference(impl, got, case):
+    """Every field bit-exact with the reference (for implementations other than the reference)."""
+    if impl.name == "reference":
+        return
+    want = ref.tree_build(*case)
+    for f in ref.Tree.FIELDS:
+        assert_bit_exact(np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3")
+
+
+@pytest.mark.spec("TB.2.1", "TB.2.2", "TB.2.3")
+@given(case=hh.topk_inputs(max_candidates=ORACLE_CANDIDATES))
+@example(case=hh.TopK((np.array([[[-0.5, -0.5], [-0.5, -0.5]]], np.float32), np.array([[[1, 2], [3, 4]]], np.int32),
+                       np.array([9], np.int32), 4, np.array([0], np.int32))))
+def test_equals_brute_force_oracle(impl, case):
+    """Ties everywhere: (0,0) before (0,1) before (1,0) before (1,1)."""
+    got = run(impl, case)
+    check_against_oracle(got, case, "TB.2.3")
+    check_matches_reference(impl, got, case)
+
+
+@pytest.mark.spec("TB.2.1")
+@given(case=hh.topk_inputs(max_bs=2, max_L=6, max_K=6, max_B=40, max_candidates=20000))
+def test_scores_are_the_float64_recursion(impl, case):
+    """Recompute every score by the reference's recursion from its rank tuple and compare bits."""
+    lp, ids, roots, B, prefix = case
+    got = run(impl, case)
+    for b in range(lp.shape[0]):
+        for i in range(1, int(got.n_nodes[b])):
+            chain = []
+            j = i
+            while j > 0:
+                chain.append(j)
+                j = int(got.parents[b, j])
+            s = None
+            for node in reversed(chain):  # root-side first: rebuild the recursion along the path
+                d, r = int(got.depths[b, node]), int(got.ranks[b, node])
+                s = ref.first_score(lp[b, 0, 0]) if d == 1 else ref.child_score(s, lp[b, d - 1, 0])
+                for rr in range(r):
+                    s = ref.sibling_score(s, lp[b, d - 1, rr], lp[b, d - 1, rr + 1])
+            assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), \
+                f"[TB.2.1] request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}"
+
+
+@pytest.mark.spec("TB.2.4", "TB.2.5")
+@given(case=hh.topk_inputs(max_L=5, max_K=6, max_B=64))
+def test_node_count_and_no_inf(impl, case):
+    lp, ids, roots, B, prefix = case
+    got = run(impl, case)
+    for b in range(lp.shape[0]):
+        L, K_in = lp.shape[1:]
+        K = min(B, K_in)
+        finite = 0 if K == 0 else _finite_candidates(lp[b, :, :K])
+        assert int(got.n_nodes[b]) == 1 + min(B, finite), f"[TB.2.4] request {b}"
+        n = int(got.n_nodes[b])
+        assert np.isfinite(got.scores[b, :n]).all(), f"[TB.2.5] request {b}: non-finite score selected"
+        assert not np.isnan(got.scores[b]).any()
+
+
+def _finite_candidates(lp) -> int:
+    """Number of rank tuples with a finite score, capped (cheap: counts per depth multiply)."""
+    total, paths = 0, 1
+    for d in range(lp.shape[0]):
+        paths *= int(np.isfinite(lp[d]).sum())
+        total += paths
+        if total > 10**6 or paths == 0:
+            break
+    return total
+
+
+@pytest.mark.spec("TB.2.6", "TB.2.7")
+@given(case=hh.topk_inputs(max_bs=3, max_L=8, max_K=16, max_B=128))
+def test_node_fields(impl, case):
+    lp, ids, roots, B, prefix = case
+    got = run(impl, case)
+    K = min(B, lp.shape[2])
+    for b in range(lp.shape[0]):
+        n = int(got.n_nodes[b])
+        par, dep, tok, rk, sc = (got.parents[b], got.depths[b], got.tokens[b], got.ranks[b], got.scores[b])
+        assert (par[0], dep[0], tok[0], rk[0]) == (-1, 0, roots[b], -1) and sc[0] == 0.0, "[TB.2.7] root slot"
+        assert np.float64(sc[0]).view(np.uint64) == 0, "[TB.2.7] root score must be +0.0"
+        idx = np.arange(1, n)
+        assert (par[1:n] < idx).all() and (par[1:n] >= 0).all(), "[TB.2.6] parent before child"
+        assert (dep[1:n] == dep[par[1:n]] + 1).all() and ((dep[1:n] >= 1) & (dep[1:n] <= lp.shape[1])).all()
+        assert ((rk[1:n] >= 0) & (rk[1:n] < K)).all()
+        assert (tok[1:n] == ids[b, dep[1:n] - 1, rk[1:n]]).all(), "[TB.2.6] tokens from ids"
+        assert (np.diff(sc[1:n]) <= 0).all(), "[TB.2.6] scores non-increasing"
+        seen = set()
+        for i in range(1, n):
+            assert (par[i], tok[i]) not in seen, f"[TB.2.6] duplicate sibling token at node {i}"
+            seen.add((par[i], tok[i]))
+
+
+@pytest.mark.spec("TB.2.8")
+@given(case=hh.topk_inputs(max_L=3, max_K=3, max_B=64))
+def test_pad_slots(impl, case):
+    lp, ids, roots, B, prefix = case
+    got = run(impl, case)
+    D = 1 + B
+    bits = ref.unpack_visibility(np.asarray(got.visibility), D)
+    for b in range(lp.shape[0]):
+        n = int(got.n_nodes[b])
+        pads = np.arange(n, D)
+        if not len(pads):
+            continue
+        assert (got.parents[b, pads] == -1).all() and (got.depths[b, pads] == 0).all()
+        assert (got.tokens[b, pads] == roots[b]).all() and (got.ranks[b, pads] == -1).all()
+        assert (got.scores[b, pads] == -np.inf).all() and (got.positions[b, pads] == prefix[b]).all()
+        assert not bits[b][np.ix_(np.setdiff1d(np.arange(D), pads), pads)].any(), "[TB.2.8] a pad is visible"
+        for p in pads:
+            assert set(np.flatnonzero(bits[b, p])) == {0, p}, f"[TB.2.8] pad {p} must see root and itself"
+        assert not np.isin(pads, got.first_child[b]).any() and not np.isin(pads, got.next_sibling[b]).any()
+        assert (got.first_child[b, pads] == -1).all() and (got.next_sibling[b, pads] == -1).all()
+
+
+# --- TB.3 Layouts -----------------------------------------------------------------------------------------
+@pytest.mark.spec("TB.3.1", "TB.3.2", "TB.3.3", "TB.3.4")
+@given(case=hh.topk_inputs(max_bs=3, max_L=6, max_K=8, max_B=70))
+def test_layouts_consistent_with_parents(impl, case):
+    """Each layout recomputed independently from the parent array (oracle: ancestor closure)."""
+    lp, ids, roots, B, prefix = case
+    got = run(impl, case)
+    D = 1 + B
+    W = (D + 31) // 32
+    assert got.visibility.shape == (lp.shape[0], D, W) and got.visibility.dtype == np.uint32
+    offset = 0
+    for b in range(lp.shape[0]):
+        n = int(got.n_nodes[b])
+        closure = oracles.ancestor_closure(got.parents[b], n)
+        packed = np.zeros((D, W), np.uint32)
+        for i, j in zip(*np.nonzero(closure)):
+            packed[i, j // 32] |= np.uint32(1) << np.uint32(j % 32)
+        assert_bit_exact(got.visibility[b], packed, what="visibility", spec_id="TB.3.1", context={"request": b})
+        assert_bit_exact(got.positions[b], (prefix[b] + got.depths[b]).astype(np.int32), what="positions",
+                         spec_id="TB.3.2")
+        fc, ns = hh.links_of(got.parents[b, :n], D)
+        assert_bit_exact(got.first_child[b], fc, what="first_child", spec_id="TB.3.3")
+        assert_bit_exact(got.next_sibling[b], ns, what="next_sibling", spec_id="TB.3.3")
+        size = D * (int(prefix[b]) + D)
+        block = got.full_mask[offset:offset + size].reshape(D, int(prefix[b]) + D)
+        want = np.concatenate([np.ones((D, int(prefix[b])), bool), closure], axis=1)
+        assert_bit_exact(block, want, what="full_mask", spec_id="TB.3.4", context={"request": b})
+        offset += size
+    assert got.full_mask.shape == (offset,)
+
+
+# --- TB.4 Execution properties ------------------------------------------------------------------------------
+@pytest.mark.spec("TB.4.1")
+@settings(max_examples=10)
+@given(case=hh.topk_inputs(max_bs=8, max_L=8, max_K=32, max_B=256))
+def test_deterministic(impl, case):
+    first = run(impl, case)
+    for _ in range(100 if impl.name != "reference" else 3):
+        again = run(impl, case)
+        for f in ref.Tree.FIELDS:
+            assert_bit_exact(np.asarray(getattr(again, f)), np.asarray(getattr(first, f)), what=f, spec_id="TB.4.1")
+
+
+@pytest.mark.spec("TB.4.2")
+@given(case=hh.topk_inputs(max_bs=6, max_L=5, max_K=8, max_B=40), data=st.data())
+def test_batch_invariant(impl, case, data):
+    lp, ids, roots, B, prefix = case
+    full = run(impl, case)
+    b = data.draw(st.integers(0, lp.shape[0] - 1), label="request")
+    alone = run(impl, hh.TopK((lp[b:b + 1], ids[b:b + 1], roots[b:b + 1], B, prefix[b:b + 1])))
+    for f in ref.Tree.FIELDS:
+        if f == "full_mask":
+            continue
+        assert_bit_exact(np.asarray(getattr(alone, f))[:1], np.asarray(getattr(full, f))[b:b + 1], what=f,
+                         spec_id="TB.4.2")
