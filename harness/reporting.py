@@ -59,7 +59,7 @@ class _Collector:
     def pytest_sessionfinish(self, session):
         if hasattr(self.config, "workerinput"):
             return  # an xdist worker: its reports reach the controller, which writes the files
-        if not self.rows and not self.resources:
+        if not self.rows and not self.resources and not self.mutants:
             return
         out = pathlib.Path(self.config.getoption("--report-dir"))
         out.mkdir(parents=True, exist_ok=True)

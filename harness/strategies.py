@@ -54,11 +54,13 @@ def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> n
     elif style == "wide":  # log-probs spanning > 53 bits of magnitude, where float64 rounding shows
         raw = -np.exp(rng.uniform(-25, 5, shape))
     lp = -np.sort(-raw.astype(np.float32), axis=-1)
+    if shape[-1] and rng.random() < 0.25:  # a certain token: log-prob exactly 0.0 or -0.0 at rank 0
+        lp[..., 0] = np.where(rng.random(shape[:-1]) < 0.5, np.float32(-0.0), np.float32(0.0))
     if inf_frac and shape[-1]:
         cut = rng.integers(0, shape[-1] + 1, shape[:-1])
         cut = np.where(rng.random(shape[:-1]) < inf_frac, cut, shape[-1])
         lp = np.where(np.arange(shape[-1]) >= cut[..., None], -np.inf, lp).astype(np.float32)
-    return np.minimum(lp, np.float32(0)).astype(np.float32)
+    return np.where(lp > 0, np.float32(0), lp).astype(np.float32)  # keeps -0.0 (np.minimum may not)
 
 
 @st.composite

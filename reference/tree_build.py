@@ -91,6 +91,11 @@ def sibling_score(s: float, lp_r: float, lp_r1: float) -> float:
     return (s - float(lp_r)) + float(lp_r1)
 
 
+def selectable(score: float) -> bool:
+    """TB.2.5: a -inf candidate is never pushed (its successors would compute -inf - -inf = NaN)."""
+    return score != NEG_INF
+
+
 def heap_key(score: float, ranks: tuple) -> tuple:
     """Total order: score descending, then rank tuple lexicographically ascending."""
     return (-score, ranks)
@@ -108,7 +113,7 @@ def build_one(lp: np.ndarray, ids: np.ndarray, budget: int):
         return parents, depths, tokens, ranks, scores
     heap = []
     s0 = first_score(lp[0, 0])
-    if s0 != NEG_INF:
+    if selectable(s0):
         heap.append((heap_key(s0, (0,)), 0, 1, 0, s0, (0,)))
     while heap and len(parents) < budget:
         _, parent, depth, rank, s, key_ranks = heapq.heappop(heap)
@@ -120,12 +125,12 @@ def build_one(lp: np.ndarray, ids: np.ndarray, budget: int):
         scores.append(s)
         if rank + 1 < K:
             s2 = sibling_score(s, lp[depth - 1, rank], lp[depth - 1, rank + 1])
-            if s2 != NEG_INF:
+            if selectable(s2):
                 sib = key_ranks[:-1] + (rank + 1,)
                 heapq.heappush(heap, (heap_key(s2, sib), parent, depth, rank + 1, s2, sib))
         if depth < L:
             s3 = child_score(s, lp[depth, 0])
-            if s3 != NEG_INF:
+            if selectable(s3):
                 child = key_ranks + (0,)
                 heapq.heappush(heap, (heap_key(s3, child), i, depth + 1, 0, s3, child))
     return parents, depths, tokens, ranks, scores

@@ -99,6 +99,11 @@ def cache_rows(kv_cache, block_table, b: int, positions: np.ndarray) -> np.ndarr
     return kv_cache[block_table[b, positions // page_size], positions % page_size]
 
 
+def round_probabilities(p: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """TV.2.2: for bf16 inputs P is rounded to bf16 before P·V (float32 inputs keep float32 P)."""
+    return p.astype(BF16).astype(np.float32) if dtype == BF16 else p
+
+
 def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale, *, precision: str = "production"):
     """Returns (out [bs, Q, H, 512] in q's dtype (float64 for the oracle), lse float32 [bs, Q, H])."""
     bs, Q, H = validate_inputs(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
@@ -120,8 +125,8 @@ def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale
             e = np.exp(s - m)
             l = e.sum(axis=1, keepdims=True)
             p = e / l
-            if precision == "production" and q.dtype == BF16:
-                p = p.astype(BF16).astype(np.float32)
+            if precision == "production":
+                p = round_probabilities(p, q.dtype)
             out[b, i] = (p @ k[:, :v.LATENT]).astype(out_dtype)
             lse[b, i] = (m + np.log(l))[:, 0]
     return out, lse
