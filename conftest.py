@@ -74,3 +74,9 @@ def pytest_runtest_setup(item):
         p = device.probe()
         if not p.ok:
             (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    p = device.probe()
+    machine_info["gpu"] = {"name": p.name or None, "arch": p.arch or None, "driver": device.driver_version_string() or None,
+                           "driver_api": p.driver or None, "nvrtc": device.nvrtc_version(), "probe": p.reason}

@@ -48,28 +48,34 @@ def validate_inputs(tokens, first_child, next_sibling, target_tokens, max_depth,
         if kv_cache is None or block_table is None or prefix_lens is None:
             v.fail("kv_cache", "the commit needs kv_cache, block_table and prefix_lens together")
         v.array("kv_cache", kv_cache, (np.float32, BF16), 3)
-        if kv_cache.shape[2] != v.HEAD_DIM:
-            v.fail("kv_cache", f"shape {kv_cache.shape}, expected [num_pages, page_size, {v.HEAD_DIM}]")
-        if not kv_cache.flags.writeable or not kv_cache.flags.c_contiguous:
-            v.fail("kv_cache", "must be a writeable C-contiguous array (the commit is in place)")
-        v.array("block_table", block_table, (np.int32,), 2)
-        if block_table.shape[0] != bs:
-            v.fail("block_table", f"shape {block_table.shape}, expected [{bs}, max_pages]")
-        v.array("prefix_lens", prefix_lens, (np.int32,), 1)
-        v.shape("prefix_lens", prefix_lens, (bs,))
-        if (prefix_lens < 0).any():
-            v.fail("prefix_lens", f"negative length at {v.first_bad(prefix_lens < 0)}")
-        num_pages, page_size, _ = kv_cache.shape
-        need = (prefix_lens.astype(np.int64) + D + page_size - 1) // page_size
-        if (need > block_table.shape[1]).any():
-            b = int(np.argmax(need > block_table.shape[1]))
-            v.fail("block_table", f"request {b} needs {int(need[b])} pages, the table has {block_table.shape[1]}")
-        for b in range(bs):
-            used = block_table[b, :need[b]]
-            if ((used < 0) | (used >= num_pages)).any():
-                j = int(np.argmax((used < 0) | (used >= num_pages)))
-                v.fail("block_table", f"[{b}, {j}] = {int(used[j])} is not a page index in 0..{num_pages - 1}")
+        validate_commit(kv_cache.shape, kv_cache.flags.writeable and kv_cache.flags.c_contiguous, block_table,
+                        prefix_lens, bs, D)
     return bs, D, L
+
+
+def validate_commit(kv_shape: tuple, in_place_ok: bool, block_table, prefix_lens, bs: int, D: int) -> None:
+    """TA.1.1/TA.1.3 for the commit; takes the cache's shape so device caches are checked without a copy."""
+    if kv_shape[2] != v.HEAD_DIM:
+        v.fail("kv_cache", f"shape {tuple(kv_shape)}, expected [num_pages, page_size, {v.HEAD_DIM}]")
+    if not in_place_ok:
+        v.fail("kv_cache", "must be a writeable C-contiguous array (the commit is in place)")
+    v.array("block_table", block_table, (np.int32,), 2)
+    if block_table.shape[0] != bs:
+        v.fail("block_table", f"shape {block_table.shape}, expected [{bs}, max_pages]")
+    v.array("prefix_lens", prefix_lens, (np.int32,), 1)
+    v.shape("prefix_lens", prefix_lens, (bs,))
+    if (prefix_lens < 0).any():
+        v.fail("prefix_lens", f"negative length at {v.first_bad(prefix_lens < 0)}")
+    num_pages, page_size, _ = kv_shape
+    need = (prefix_lens.astype(np.int64) + D + page_size - 1) // page_size
+    if (need > block_table.shape[1]).any():
+        b = int(np.argmax(need > block_table.shape[1]))
+        v.fail("block_table", f"request {b} needs {int(need[b])} pages, the table has {block_table.shape[1]}")
+    for b in range(bs):
+        used = block_table[b, :need[b]]
+        if ((used < 0) | (used >= num_pages)).any():
+            j = int(np.argmax((used < 0) | (used >= num_pages)))
+            v.fail("block_table", f"[{b}, {j}] = {int(used[j])} is not a page index in 0..{num_pages - 1}")
 
 
 def tree_depths(first_child, next_sibling) -> np.ndarray:

@@ -1,0 +1,106 @@
+// tree_accept: greedy walk of the verified tree, accepted path, bonus token, and the latent-KV commit
+// (spec/tree_accept.md). One CTA per request.
+//
+// The walk itself is at most L <= 32 dependent steps, but finding "the first child of u whose token equals
+// target[u]" by chasing next_sibling pointers costs one dependent load per sibling. Instead, every node
+// learns its parent in O(log D) parallel pointer-jumping rounds over the sibling lists, every matching child
+// c (token[c] == target[parent[c]]) offers itself to its parent with atomicMin, and the smallest offer is
+// the first match in list order (siblings are in ascending index: validated on the host). The walk then
+// follows that table from the root.
+//
+// Commit: row prefix_len + j <- row prefix_len + path[j], j = 1..n, which must equal the sequential copy in
+// increasing j. Rows can overlap (path [0, 2, 3] copies row 3 into row 2 after row 2 was read for j = 1),
+// so each thread owns a 16-byte column of the rows and loads all n sources before storing any.
+//
+// Launch: grid = bs, block = 128, dynamic shared memory (6 * D + 33) ints (kernels_cu/ops.py).
+// Inputs are validated on the host first (reference/validate.py): links point forward, no node has two
+// parents, the root has no sibling, no node is deeper than max_depth, pages are in range.
+#include "common.cuh"
+
+extern "C" __global__ void __launch_bounds__(128) tree_accept_kernel(
+    const int* __restrict__ tokens, const int* __restrict__ first_child, const int* __restrict__ next_sibling,
+    const int* __restrict__ target, int D, int L,
+    int* __restrict__ accept_len, int* __restrict__ accept_path, int* __restrict__ emitted, int* __restrict__ bonus,
+    int* __restrict__ new_lens,
+    // commit (kv == nullptr: walk only)
+    uint4* __restrict__ kv, int row_vec,  // cache rows as 16-byte vectors: row_vec = 576 * itemsize / 16
+    int page_size, const int* __restrict__ block_table, int max_pages, const int* __restrict__ prefix_lens) {
+  extern __shared__ int sm[];
+  int* s_tok = sm;           // [D]
+  int* s_tgt = s_tok + D;    // [D]
+  int* s_head = s_tgt + D;   // [D] pointer jumping: predecessor in the sibling list, then the list head
+  int* s_tmp = s_head + D;   // [D]
+  int* s_owner = s_tmp + D;  // [D] owner[first child of u] = u
+  int* s_match = s_owner + D;  // [D] smallest matching child of u, or INT_MAX
+  int* s_path = s_match + D;   // [33]
+  __shared__ int s_n;
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const size_t base = size_t(b) * D;
+
+  for (int i = tid; i < D; i += blockDim.x) {
+    s_tok[i] = tokens[base + i];
+    s_tgt[i] = target[base + i];
+    s_head[i] = i;  // a list head points to itself
+    s_owner[i] = -1;
+    s_match[i] = 0x7fffffff;
+  }
+  __syncthreads();
+  for (int i = tid; i < D; i += blockDim.x) {
+    const int ns = next_sibling[base + i];
+    if (ns >= 0) s_head[ns] = i;
+    const int fc = first_child[base + i];
+    if (fc >= 0) s_owner[fc] = i;
+  }
+  __syncthreads();
+  // pointer jumping: after ceil(log2 D) rounds every node points at the first node of its sibling list
+  for (int span = 1; span < D; span <<= 1) {
+    for (int i = tid; i < D; i += blockDim.x) s_tmp[i] = s_head[s_head[i]];
+    __syncthreads();
+    for (int i = tid; i < D; i += blockDim.x) s_head[i] = s_tmp[i];
+    __syncthreads();
+  }
+  for (int c = tid; c < D; c += blockDim.x) {
+    const int parent = s_owner[s_head[c]];  // -1 for the root and for unlinked (pad) nodes
+    if (c > 0 && parent >= 0 && s_tok[c] == s_tgt[parent]) atomicMin(&s_match[parent], c);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int u = 0, n = 0;
+    s_path[0] = 0;
+    while (n < L && s_match[u] != 0x7fffffff) {
+      u = s_match[u];
+      s_path[++n] = u;
+    }
+    s_n = n;
+    accept_len[b] = n;
+    bonus[b] = s_tgt[u];
+    new_lens[b] = (kv ? prefix_lens[b] : 0) + 1 + n;
+  }
+  __syncthreads();
+  const int n = s_n;
+  for (int j = tid; j <= L; j += blockDim.x) {
+    accept_path[size_t(b) * (L + 1) + j] = j <= n ? s_path[j] : -1;
+    emitted[size_t(b) * (L + 1) + j] = j < n ? s_tok[s_path[j + 1]] : (j == n ? s_tgt[s_path[n]] : -1);
+  }
+  if (kv == nullptr || n == 0) return;
+  const int P = prefix_lens[b];
+  const int* bt = block_table + size_t(b) * max_pages;
+  for (int col = tid; col < row_vec; col += blockDim.x) {
+    // fully unrolled over the maximum depth so `v` stays in registers; all loads are in flight together
+    uint4 v[KDTR_MAX_DEPTH];
+#pragma unroll
+    for (int j = 0; j < KDTR_MAX_DEPTH; ++j) {
+      if (j < n) {
+        const int p = P + s_path[j + 1];
+        v[j] = kv[(size_t(bt[p / page_size]) * page_size + p % page_size) * row_vec + col];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < KDTR_MAX_DEPTH; ++j) {
+      if (j < n) {
+        const int p = P + j + 1;
+        kv[(size_t(bt[p / page_size]) * page_size + p % page_size) * row_vec + col] = v[j];
+      }
+    }
+  }
+}

@@ -1,0 +1,195 @@
+// tree_build: DDTree best-first draft tree, one CTA per request (spec/tree_build.md).
+//
+// Exactness first: the kernel replays the reference heap pop for pop. Scores are float64, computed with
+// explicit round-to-nearest adds in the reference's order (no contraction, no reassociation):
+//   first node  s = lp[0][0];  first child  s + lp[d][0];  next sibling  (s - lp[d-1][r]) + lp[d-1][r+1].
+// Each pop takes the best frontier entry under the total order (score descending, rank tuple ascending).
+// Instead of a sequential heap, warp 0 finds that entry with a parallel argmin over the frontier (size <= B),
+// so a pop costs O(B/32 + log 32) instead of O(log B) dependent shared-memory round trips.
+// Rank tuples are packed into 64-bit words, 6 ranks of 10 bits per word from the most significant end,
+// zero padded: comparing the words and then the depth is exactly lexicographic order with prefixes first.
+// Sorting the top-B set instead of replaying pops would be faster, but it differs from the heap when float64
+// rounding makes a sibling beat its predecessor by an ulp (round-half-even can), so it is not used.
+//
+// Launch: grid = bs, block = 128 threads, dynamic shared memory laid out below; its size is computed by
+// kernels_cu/ops.py::tree_build_smem_bytes (keep the two in step).
+// Inputs are validated on the host first (reference/validate.py): shapes, sorted rows, no NaN, limits.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kRanksPerWord = 6;
+constexpr int kRankBits = 10;
+
+struct Entry {          // a pending candidate in the frontier
+  double score;
+  int16_t parent;       // tree index of its parent (0 = root)
+  int16_t rank;         // rank at its own depth
+  int16_t depth;        // 1-based
+  int16_t pad;
+};
+
+__device__ __forceinline__ uint64_t rank_bits(int depth, int rank, int word) {
+  // position depth-1 lives in word (depth-1)/6 at bit 50 - 10*((depth-1)%6)
+  const int pos = depth - 1;
+  return (pos / kRanksPerWord == word) ? (uint64_t(rank) << (50 - kRankBits * (pos % kRanksPerWord))) : 0ull;
+}
+
+// Is candidate a strictly better (popped earlier) than b?  tuple(x) = tuple(parent(x)) + (rank(x)).
+__device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uint64_t* words, int nwords) {
+  if (a.score != b.score) return a.score > b.score;
+  for (int w = 0; w < nwords; ++w) {
+    const uint64_t wa = words[a.parent * nwords + w] | rank_bits(a.depth, a.rank, w);
+    const uint64_t wb = words[b.parent * nwords + w] | rank_bits(b.depth, b.rank, w);
+    if (wa != wb) return wa < wb;
+  }
+  return a.depth < b.depth;
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
+    const float* __restrict__ top_logp,   // [bs, L, K_in]
+    const int* __restrict__ top_ids,      // [bs, L, K_in]
+    const int* __restrict__ root_tokens,  // [bs]
+    const int* __restrict__ prefix_lens,  // [bs]
+    int L, int K_in, int B,
+    int* __restrict__ n_nodes,            // [bs]
+    int* __restrict__ parents, int* __restrict__ depths, int* __restrict__ tokens, int* __restrict__ ranks,
+    double* __restrict__ scores,          // [bs, D]
+    uint32_t* __restrict__ visibility,    // [bs, D, W]
+    int* __restrict__ positions, int* __restrict__ first_child, int* __restrict__ next_sibling,
+    uint8_t* __restrict__ full_mask) {    // flat, per request [D, prefix + D]
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int b = blockIdx.x;
+  const int D = B + 1;
+  const int W = (D + 31) / 32;
+  const int K = B < K_in ? B : K_in;
+  const int nwords = L > 0 ? (L + kRanksPerWord - 1) / kRanksPerWord : 1;
+  Entry* frontier = reinterpret_cast<Entry*>(smem);                         // [B + 1]
+  uint64_t* words = reinterpret_cast<uint64_t*>(frontier + D);              // [D * nwords]
+  int* s_parent = reinterpret_cast<int*>(words + size_t(D) * nwords);       // [D]
+  int* s_depth = s_parent + D;                                              // [D]
+  int* s_rank = s_depth + D;                                                // [D]
+  int* s_first = s_rank + D;                                                // [D]
+  int* s_next = s_first + D;                                                // [D]
+  int* s_last = s_next + D;                                                 // [D] last child so far
+  double* s_score = reinterpret_cast<double*>(s_last + D + (D & 1));        // [D] (8-byte aligned)
+  __shared__ int s_count;
+  __shared__ long long s_prefix_sum;
+
+  const float* lp = top_logp + size_t(b) * L * K_in;
+  const int* ids = top_ids + size_t(b) * L * K_in;
+  const int tid = threadIdx.x;
+
+  for (int i = tid; i < D; i += blockDim.x) {
+    s_parent[i] = -1; s_depth[i] = 0; s_rank[i] = -1; s_first[i] = -1; s_next[i] = -1; s_last[i] = -1;
+    s_score[i] = i == 0 ? 0.0 : -CUDART_INF;
+  }
+  for (int i = tid; i < nwords; i += blockDim.x) words[i] = 0ull;  // the root's (empty) tuple
+  if (tid == 0) {
+    long long acc = 0;
+    for (int i = 0; i < b; ++i) acc += prefix_lens[i];
+    s_prefix_sum = acc;
+  }
+  __syncthreads();
+
+  // ---- the pops: warp 0 only ----------------------------------------------------------------------------
+  if (tid < 32) {
+    const int lane = tid;
+    int fsize = 0, count = 0;
+    if (B > 0 && L > 0 && K > 0) {
+      const double s0 = double(lp[0]);  // float(lp[0][0]); never an addition (keeps -0.0)
+      if (s0 != -CUDART_INF) {
+        if (lane == 0) frontier[0] = Entry{s0, 0, 0, 1, 0};
+        fsize = 1;
+      }
+    }
+    __syncwarp();
+    while (fsize > 0 && count < B) {
+      int best = -1;
+      for (int i = lane; i < fsize; i += 32)
+        if (best < 0 || better(frontier[i], frontier[best], words, nwords)) best = i;
+      for (int off = 16; off > 0; off >>= 1) {
+        const int other = __shfl_down_sync(0xffffffffu, best, off);
+        if (other >= 0 && (best < 0 || better(frontier[other], frontier[best], words, nwords))) best = other;
+      }
+      best = __shfl_sync(0xffffffffu, best, 0);
+      const Entry e = frontier[best];
+      __syncwarp();  // every lane has read frontier[best] before lane 0 overwrites it below
+      const int node = count + 1;
+      // every lane builds one word of the new node's tuple
+      for (int w = lane; w < nwords; w += 32)
+        words[node * nwords + w] = words[e.parent * nwords + w] | rank_bits(e.depth, e.rank, w);
+      if (lane == 0) {
+        s_parent[node] = e.parent; s_depth[node] = e.depth; s_rank[node] = e.rank; s_score[node] = e.score;
+        if (s_last[e.parent] < 0) s_first[e.parent] = node; else s_next[s_last[e.parent]] = node;
+        s_last[e.parent] = node;
+        frontier[best] = frontier[fsize - 1];  // remove (order in the frontier does not matter)
+      }
+      fsize -= 1;
+      const float* row = lp + size_t(e.depth - 1) * K_in;
+      if (e.rank + 1 < K) {
+        const double s2 = __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]));
+        if (s2 != -CUDART_INF) {
+          if (lane == 0) frontier[fsize] = Entry{s2, e.parent, int16_t(e.rank + 1), e.depth, 0};
+          fsize += 1;
+        }
+      }
+      if (e.depth < L) {
+        const double s3 = __dadd_rn(e.score, double(lp[size_t(e.depth) * K_in]));
+        if (s3 != -CUDART_INF) {
+          if (lane == 0) frontier[fsize] = Entry{s3, int16_t(node), 0, int16_t(e.depth + 1), 0};
+          fsize += 1;
+        }
+      }
+      count = node;
+      __syncwarp();
+    }
+    if (lane == 0) s_count = count + 1;
+  }
+  __syncthreads();
+
+  // ---- outputs, all threads -----------------------------------------------------------------------------
+  const int n = s_count;
+  const int root = root_tokens[b];
+  const int P = prefix_lens[b];
+  const size_t row0 = size_t(b) * D;
+  if (tid == 0) n_nodes[b] = n;
+  for (int i = tid; i < D; i += blockDim.x) {
+    const bool real = i < n;
+    const int d = s_depth[i];
+    parents[row0 + i] = real ? s_parent[i] : -1;
+    depths[row0 + i] = d;
+    tokens[row0 + i] = (real && i > 0) ? ids[size_t(d - 1) * K_in + s_rank[i]] : root;
+    ranks[row0 + i] = s_rank[i];
+    scores[row0 + i] = s_score[i];
+    positions[row0 + i] = P + d;
+    first_child[row0 + i] = s_first[i];
+    next_sibling[row0 + i] = s_next[i];
+    uint32_t* vrow = visibility + (row0 + i) * W;
+    for (int w = 0; w < W; ++w) vrow[w] = 0u;
+    if (real) {
+      for (int j = i; j > 0; j = s_parent[j]) vrow[j >> 5] |= 1u << (j & 31);
+      vrow[0] |= 1u;
+    } else {  // pads see the root and themselves only
+      vrow[0] |= 1u;
+      vrow[i >> 5] |= 1u << (i & 31);
+    }
+  }
+  __syncthreads();  // visibility rows of this request are complete (block-local global writes)
+  // FULL_MASK: request b starts at D*D*b + D*sum(prefix_lens[:b]); row-major [D, P + D]
+  const long long cols = (long long)P + D;
+  uint8_t* fm = full_mask + (long long)D * D * b + (long long)D * s_prefix_sum;
+  const uint32_t* vis_b = visibility + row0 * W;
+  for (long long k = tid; k < (long long)D * cols; k += blockDim.x) {
+    const int r = int(k / cols);
+    const long long c = k - r * cols;
+    if (c < P) {
+      fm[k] = 1;
+    } else {
+      const int j = int(c - P);
+      fm[k] = uint8_t((vis_b[size_t(r) * W + (j >> 5)] >> (j & 31)) & 1u);
+    }
+  }
+}
