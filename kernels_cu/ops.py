@@ -167,7 +167,7 @@ def tree_build_smem_bytes(B: int, L: int) -> int:
     """Mirrors the shared-memory layout at the top of tree_build_kernel (kernels_cu/tree_build.cu)."""
     D = B + 1
     nwords = (L + 5) // 6 if L > 0 else 1
-    return D * 16 + D * nwords * 8 + (6 * D + (D & 1)) * 4 + D * 8
+    return D * 16 + D * nwords * 8 + D * 8 + 6 * D * 4
 
 
 class Prepared:
@@ -247,6 +247,8 @@ def prepare_tree_accept(tokens, first_child, next_sibling, target_tokens, *, max
         if h["block_table"] is None or h["prefix_lens"] is None:
             v.fail("kv_cache", "the commit needs kv_cache, block_table and prefix_lens together")
         ref_accept.validate_commit(kv.shape, True, h["block_table"], h["prefix_lens"], bs, D)
+        if kv.ptr % 16:
+            v.fail("kv_cache", f"device pointer 0x{kv.ptr:x} is not 16-byte aligned (the commit copies 16-byte vectors)")
     else:
         bs, D, L = ref_accept.validate_inputs(h["tokens"], h["first_child"], h["next_sibling"], h["target_tokens"],
                                               max_depth, kv, h["block_table"], h["prefix_lens"])

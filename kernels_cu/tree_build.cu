@@ -66,15 +66,16 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
   const int nwords = L > 0 ? (L + kRanksPerWord - 1) / kRanksPerWord : 1;
-  Entry* frontier = reinterpret_cast<Entry*>(smem);                         // [B + 1]
+  // 16-byte entries first, then the 8-byte arrays, then the 4-byte ones: every array stays aligned.
+  Entry* frontier = reinterpret_cast<Entry*>(smem);                         // [D]
   uint64_t* words = reinterpret_cast<uint64_t*>(frontier + D);              // [D * nwords]
-  int* s_parent = reinterpret_cast<int*>(words + size_t(D) * nwords);       // [D]
+  double* s_score = reinterpret_cast<double*>(words + size_t(D) * nwords);  // [D]
+  int* s_parent = reinterpret_cast<int*>(s_score + D);                      // [D]
   int* s_depth = s_parent + D;                                              // [D]
   int* s_rank = s_depth + D;                                                // [D]
   int* s_first = s_rank + D;                                                // [D]
   int* s_next = s_first + D;                                                // [D]
   int* s_last = s_next + D;                                                 // [D] last child so far
-  double* s_score = reinterpret_cast<double*>(s_last + D + (D & 1));        // [D] (8-byte aligned)
   __shared__ int s_count;
   __shared__ long long s_prefix_sum;
 
