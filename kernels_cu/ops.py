@@ -155,19 +155,27 @@ def _args(**named):
     return lib, like, host, handle
 
 
-def _launch(slug, grid, shmem, *args, smem_limit=0):
+def _launch(slug, grid, shmem, *args):
     from cuda.core import LaunchConfig, launch
-    _, kernel = runtime.load(slug, smem_limit)
+    kernel = runtime.load(slug, shmem)
     g = runtime.gpu()
     launch(g.stream, LaunchConfig(grid=grid, block=BLOCK, shmem_size=shmem), kernel, *args)
 
 
 # ------------------------------------------------------------------------------------------- tree_build
-def tree_build_smem_bytes(B: int, L: int) -> int:
+def tree_build_smem_bytes(B: int, L: int, K: int, lp_in_smem: bool) -> int:
     """Mirrors the shared-memory layout at the top of tree_build_kernel (kernels_cu/tree_build.cu)."""
     D = B + 1
     nwords = (L + 5) // 6 if L > 0 else 1
-    return D * 16 + D * nwords * 8 + D * 8 + 6 * D * 4
+    return D * 16 + D * nwords * 8 + D * 8 + 6 * D * 4 + (L * K * 4 if lp_in_smem else 0)
+
+
+def tree_build_layout(B: int, L: int, K_in: int) -> tuple[int, int]:
+    """(dynamic shared memory bytes, lp_in_smem): stage the log-probs when they fit."""
+    K = min(B, K_in)
+    limit = runtime.gpu().device.properties.max_shared_memory_per_block_optin - 64  # 16 B of static shared too
+    staged = tree_build_smem_bytes(B, L, K, True)
+    return (staged, 1) if staged <= limit else (tree_build_smem_bytes(B, L, K, False), 0)
 
 
 class Prepared:
@@ -208,8 +216,8 @@ def prepare_tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None)
     except BaseException:
         st.close()
         raise
-    smem = tree_build_smem_bytes(B, L)
-    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), *(outs[f][1] for f in Tree.FIELDS))
+    smem, lp_in_smem = tree_build_layout(B, L, K_in)
+    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), np.int32(lp_in_smem), *(outs[f][1] for f in Tree.FIELDS))
 
     def collect():
         res = {f: st.result(outs[f][0]) for f in Tree.FIELDS}
@@ -220,7 +228,7 @@ def prepare_tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None)
         elif lib == "cupy":
             res["full_mask"] = res["full_mask"].view(bool)
         return Tree(**res)
-    return Prepared(st, lambda: _launch("tree_build", bs, smem, *args, smem_limit=smem), collect)
+    return Prepared(st, lambda: _launch("tree_build", bs, smem, *args), collect)
 
 
 def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None) -> Tree:

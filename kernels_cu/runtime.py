@@ -81,7 +81,8 @@ def program_options(arch: str) -> dict:
     """The one place the NVRTC options are stated (the cache key hashes this dict).
     No fast math and no contraction: tree_build's float64 scores follow the reference's operation order."""
     return {"arch": arch, "std": "c++17", "include_path": list(include_dirs()), "lineinfo": True,
-            "ptxas_options": ["-v"], "fma": False}
+            "ptxas_options": ["-v"], "fma": False,
+            "no_cache": True}  # NVRTC >= 12.9 caches too, and a hit skips ptxas and its -v report
 
 
 def cache_dir() -> pathlib.Path:
@@ -198,20 +199,28 @@ def gpu() -> Gpu:
 
 
 @functools.cache
-def load(slug: str, max_dynamic_smem: int = 0):
-    """The kernel of `slug` for the current GPU, with its dynamic shared-memory limit raised if asked."""
+def _module(slug: str):
+    """The loaded cubin of `slug` for the current GPU (kept alive for the kernel) and its kernel."""
     from cuda.core import ObjectCode
-    g = gpu()
-    obj = ObjectCode.from_cubin(compile_kernel(slug, g.arch).cubin)
-    kernel = obj.get_kernel(ENTRY[slug])
-    if max_dynamic_smem > 48 * 1024:
+    obj = ObjectCode.from_cubin(compile_kernel(slug, gpu().arch).cubin)
+    return obj, obj.get_kernel(ENTRY[slug])
+
+
+_smem_limit: dict[str, int] = {}
+
+
+def load(slug: str, dynamic_smem: int = 0):
+    """The kernel of `slug`, with its dynamic shared-memory limit raised to `dynamic_smem` when needed."""
+    _, kernel = _module(slug)
+    if dynamic_smem > max(48 * 1024, _smem_limit.get(slug, 0)):
         from cuda.bindings import driver
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         h = kernel.handle
         if isinstance(h, driver.CUkernel):
-            (err,) = driver.cuKernelSetAttribute(attr, max_dynamic_smem, h, int(g.device.device_id))
+            (err,) = driver.cuKernelSetAttribute(attr, dynamic_smem, h, int(gpu().device.device_id))
         else:
-            (err,) = driver.cuFuncSetAttribute(h, attr, max_dynamic_smem)
+            (err,) = driver.cuFuncSetAttribute(h, attr, dynamic_smem)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cannot raise {slug}'s dynamic shared memory to {max_dynamic_smem} bytes: {err.name}")
-    return obj, kernel  # keep the ObjectCode alive with the kernel
+            raise RuntimeError(f"cannot raise {slug}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}")
+        _smem_limit[slug] = dynamic_smem
+    return kernel

@@ -12,7 +12,7 @@
 // rounding makes a sibling beat its predecessor by an ulp (round-half-even can), so it is not used.
 //
 // Launch: grid = bs, block = 128 threads, dynamic shared memory laid out below; its size is computed by
-// kernels_cu/ops.py::tree_build_smem_bytes (keep the two in step).
+// kernels_cu/ops.py::tree_build_smem_bytes (keep the two in step). lp_in_smem = 1 adds L*K floats to it.
 // Inputs are validated on the host first (reference/validate.py): shapes, sorted rows, no NaN, limits.
 #include "common.cuh"
 
@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
     const int* __restrict__ top_ids,      // [bs, L, K_in]
     const int* __restrict__ root_tokens,  // [bs]
     const int* __restrict__ prefix_lens,  // [bs]
-    int L, int K_in, int B,
+    int L, int K_in, int B, int lp_in_smem,
     int* __restrict__ n_nodes,            // [bs]
     int* __restrict__ parents, int* __restrict__ depths, int* __restrict__ tokens, int* __restrict__ ranks,
     double* __restrict__ scores,          // [bs, D]
@@ -76,12 +76,19 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   int* s_first = s_rank + D;                                                // [D]
   int* s_next = s_first + D;                                                // [D]
   int* s_last = s_next + D;                                                 // [D] last child so far
+  float* s_lp = reinterpret_cast<float*>(s_last + D);                       // [L * K] when lp_in_smem
   __shared__ int s_count;
   __shared__ long long s_prefix_sum;
 
-  const float* lp = top_logp + size_t(b) * L * K_in;
+  const float* g_lp = top_logp + size_t(b) * L * K_in;
   const int* ids = top_ids + size_t(b) * L * K_in;
   const int tid = threadIdx.x;
+  // Every log-prob a pop can read is lp[d][r] with r < K. Staging that block in shared memory turns the
+  // two or three dependent global loads of each pop into shared-memory loads.
+  if (lp_in_smem)
+    for (int k = tid; k < L * K; k += blockDim.x) s_lp[k] = g_lp[size_t(k / K) * K_in + k % K];
+  const float* lp = lp_in_smem ? s_lp : g_lp;
+  const int lp_stride = lp_in_smem ? K : K_in;
 
   for (int i = tid; i < D; i += blockDim.x) {
     s_parent[i] = -1; s_depth[i] = 0; s_rank[i] = -1; s_first[i] = -1; s_next[i] = -1; s_last[i] = -1;
@@ -108,12 +115,24 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
     }
     __syncwarp();
     while (fsize > 0 && count < B) {
+      // argmin over the frontier: scores compared in registers, rank tuples read only on exact ties
       int best = -1;
-      for (int i = lane; i < fsize; i += 32)
-        if (best < 0 || better(frontier[i], frontier[best], words, nwords)) best = i;
+      double best_score = 0.0;
+      for (int i = lane; i < fsize; i += 32) {
+        const double sc = frontier[i].score;
+        if (best < 0 || sc > best_score || (sc == best_score && better(frontier[i], frontier[best], words, nwords))) {
+          best = i;
+          best_score = sc;
+        }
+      }
       for (int off = 16; off > 0; off >>= 1) {
         const int other = __shfl_down_sync(0xffffffffu, best, off);
-        if (other >= 0 && (best < 0 || better(frontier[other], frontier[best], words, nwords))) best = other;
+        const double other_score = __shfl_down_sync(0xffffffffu, best_score, off);
+        if (other >= 0 && (best < 0 || other_score > best_score ||
+                           (other_score == best_score && better(frontier[other], frontier[best], words, nwords)))) {
+          best = other;
+          best_score = other_score;
+        }
       }
       best = __shfl_sync(0xffffffffu, best, 0);
       const Entry e = frontier[best];
@@ -129,7 +148,7 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
         frontier[best] = frontier[fsize - 1];  // remove (order in the frontier does not matter)
       }
       fsize -= 1;
-      const float* row = lp + size_t(e.depth - 1) * K_in;
+      const float* row = lp + size_t(e.depth - 1) * lp_stride;
       if (e.rank + 1 < K) {
         const double s2 = __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]));
         if (s2 != -CUDART_INF) {
@@ -138,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
         }
       }
       if (e.depth < L) {
-        const double s3 = __dadd_rn(e.score, double(lp[size_t(e.depth) * K_in]));
+        const double s3 = __dadd_rn(e.score, double(lp[size_t(e.depth) * lp_stride]));
         if (s3 != -CUDART_INF) {
           if (lane == 0) frontier[fsize] = Entry{s3, int16_t(node), 0, int16_t(e.depth + 1), 0};
           fsize += 1;
