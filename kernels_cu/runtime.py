@@ -192,7 +192,15 @@ def gpu() -> Gpu:
     p = probe()
     if not p.ok:
         raise RuntimeError(f"GPU unavailable: {p.reason}")
+    from cuda.bindings import driver
     from cuda.core import Device
+    # Make the primary context current first: cuda.core's Device() otherwise probes cuCtxGetDevice with no
+    # context, which compute-sanitizer reports as an API error (CUDA_ERROR_INVALID_CONTEXT).
+    err, cu_dev = driver.cuDeviceGet(0)
+    if err == driver.CUresult.CUDA_SUCCESS:
+        err, ctx = driver.cuDevicePrimaryCtxRetain(cu_dev)
+        if err == driver.CUresult.CUDA_SUCCESS:
+            driver.cuCtxSetCurrent(ctx)
     dev = Device()
     dev.set_current()
     return Gpu(dev, dev.create_stream(), f"sm_{dev.arch}")
