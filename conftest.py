@@ -15,6 +15,7 @@ from harness import device, impls, spec
 
 pytest_plugins = ["harness.reporting"]
 ROOT = pathlib.Path(__file__).resolve().parent
+_GPUS = pytest.StashKey[list]()
 
 # Profiles: deadlines off everywhere (the first GPU call pays for NVRTC and module load).
 settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -32,6 +33,22 @@ def pytest_addoption(parser):
                      help="turn 'no GPU' skips into failures (GPU runners)")
     parser.addoption("--require-tools", action="store_true", default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
                      help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist controller: hand each worker one GPU, round-robin (several workers may share one)."""
+    gpus = node.config.stash.setdefault(_GPUS, device.visible_gpu_ids())
+    if gpus:
+        index = int(node.gateway.id.removeprefix("gw"))
+        node.workerinput["kdtr_gpu"] = gpus[index % len(gpus)]
+
+
+def pytest_configure(config):
+    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy)."""
+    gpu = getattr(config, "workerinput", {}).get("kdtr_gpu")
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
 def pytest_report_header(config):
@@ -63,6 +80,8 @@ def pytest_collection_modifyitems(config, items):
         item.user_properties.append(("impl", impl))
         item.user_properties.append(("device", impls.device_label(impl, params.get("arch"),
                                                                   item.get_closest_marker("gpu") is not None)))
+        item.user_properties.append(("worker_gpu", (os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                                                    os.environ.get("CUDA_VISIBLE_DEVICES"))))
     if errors:
         raise pytest.UsageError("clause validation failed:\n  " + "\n  ".join(errors))
 
@@ -80,3 +99,4 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     p = device.probe()
     machine_info["gpu"] = {"name": p.name or None, "arch": p.arch or None, "driver": device.driver_version_string() or None,
                            "driver_api": p.driver or None, "nvrtc": device.nvrtc_version(), "probe": p.reason}
+    machine_info["git_revision"] = device.git_revision(str(ROOT))

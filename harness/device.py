@@ -90,6 +90,21 @@ def git_revision(root: str) -> str:
                              timeout=10).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                capture_output=True, text=True, timeout=10).stdout.strip()
-        return (rev or "unknown") + ("+dirty" if dirty else "")
+        if rev:
+            return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
-        return os.environ.get("GIT_REVISION", "unknown")
+        pass
+    return os.environ.get("GIT_REVISION", "unknown")  # a copy without .git (a GPU runner's work tree)
+
+
+def visible_gpu_ids() -> list[str]:
+    """The GPUs this process may use, found without initialising CUDA (which would pin the process):
+    KDTR_GPUS (comma list) or CUDA_VISIBLE_DEVICES when set, else one id per `nvidia-smi -L` line."""
+    for var in ("KDTR_GPUS", "CUDA_VISIBLE_DEVICES"):
+        if os.environ.get(var) is not None:
+            return [x.strip() for x in os.environ[var].split(",") if x.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import pathlib
 
 import pytest
@@ -33,6 +32,7 @@ class _Collector:
         self.resources: dict[str, dict] = {}
         self.mutants: dict[str, dict] = {}
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
+        self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report):
@@ -42,6 +42,8 @@ class _Collector:
                 self.resources[f"{value['kernel']}@{value['arch']}"] = value
             elif key == "mutants":
                 self.mutants.update(value)
+            elif key == "worker_gpu":
+                self.workers[value[0]] = value[1]
         outcome = _outcome(report)
         if outcome is None:
             return
@@ -98,8 +100,8 @@ class _Collector:
                 "git_revision": device.git_revision(str(ROOT)),
                 "hypothesis_profile": settings._current_profile,
                 "impl_selected": self.config.getoption("--impl", default=None),
-                "xdist_workers": int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-                or getattr(self.config.option, "numprocesses", None) or 0,
+                "xdist_workers": len([w for w in self.workers if w != "main"]),
+                "worker_gpus": {w: g for w, g in sorted(self.workers.items())},
             },
             "summary": summary,
             "rows": rows,
@@ -123,7 +125,7 @@ def render_markdown(data: dict) -> str:
     lines = ["# Conformance report", "",
              "| | |", "|---|---|"]
     for k in ("date", "gpu", "compute_capability", "driver", "driver_api", "nvrtc", "git_revision",
-              "hypothesis_profile", "impl_selected", "xdist_workers", "gpu_probe"):
+              "hypothesis_profile", "impl_selected", "xdist_workers", "worker_gpus", "gpu_probe"):
         lines.append(f"| {k} | {env.get(k)} |")
     lines.append(f"| packages | {', '.join(f'{k} {v}' for k, v in env['packages'].items())} |")
     s = data["summary"]

@@ -11,7 +11,7 @@ def main(path: str) -> str:
     lines = [f"# Performance ({data.get('datetime', '?')})", "",
              f"GPU: {m.get('gpu', {}).get('name', '?')} ({m.get('gpu', {}).get('arch', '?')}), driver "
              f"{m.get('gpu', {}).get('driver', '?')}; CPU: {m.get('cpu', {}).get('brand_raw', m.get('processor', '?'))}; "
-             f"commit {data.get('commit_info', {}).get('id', '?')[:12]}", ""]
+             f"revision {m.get('git_revision') or data.get('commit_info', {}).get('id', '?')[:12]}", ""]
     tb = [b for b in data["benchmarks"] if b["name"].startswith("test_tree_build")]
     if tb:
         lines += ["## tree_build (L = 15, K_in = B): kernel vs Python heapq", "",
