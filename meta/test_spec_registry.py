@@ -3,6 +3,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import uuid
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_parse_rejects_malformed_clauses(text, err):
     ("def test_x(): pass\n", "conformance test without @pytest.mark.spec"),
 ])
 def test_collection_rejects_unknown_or_missing_clause(body, msg):
-    probe = ROOT / "conformance" / "test_zz_meta_probe.py"
+    probe = ROOT / "conformance" / f"test_zz_meta_probe_{uuid.uuid4().hex[:12]}.py"  # unique: tests run in parallel
     probe.write_text(body)
     try:
         out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", str(probe)],

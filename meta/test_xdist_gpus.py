@@ -5,6 +5,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import uuid
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -19,7 +20,7 @@ def test_where(i, record_property):
 
 
 def _run(tmp_path, gpus, workers):
-    probe = ROOT / "conformance" / "test_zz_xdist_probe.py"
+    probe = ROOT / "conformance" / f"test_zz_xdist_probe_{uuid.uuid4().hex[:12]}.py"  # unique: tests run in parallel
     probe.write_text(PROBE)
     (tmp_path / "out").mkdir()
     env = {**os.environ, "KDTR_GPUS": gpus, "KDTR_PROBE_OUT": str(tmp_path / "out")}
