@@ -18,7 +18,8 @@ class ToolMissing(Exception):
 def binary(name: str) -> pathlib.Path:
     p = BINARIES[name]
     if not p.is_file() or not os.access(p, os.X_OK):
-        raise ToolMissing(f"{name} is not built ({p}); run `make setup`")
+        where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
+        raise ToolMissing(f"{name} is not built ({where}); run `make setup`")
     return p
 
 
