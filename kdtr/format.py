@@ -232,6 +232,29 @@ def _u32(b, o): return int.from_bytes(b[o:o + 4], "little")
 def _u64(b, o): return int.from_bytes(b[o:o + 8], "little")
 
 
+# (what, code for bad bytes, code for a repeat): checks 16-18 for tensor names, 25 for metadata keys
+_TENSOR_NAME = ("name", Code.BAD_NAME, Code.DUPLICATE_NAME)
+_META_KEY = ("key", Code.BAD_META_KEY, Code.DUPLICATE_META_KEY)
+
+
+def _take_name(idx: bytes, heap0: int, pos: int, S: int, length: int, prev: bytes | None, entry: int, kind):
+    """The next name or key from the string heap, in check order: length (E14), inside the heap (E15),
+    bytes 0x21..0x7E, strictly after the previous one (repeat, then E18). Returns (bytes, new heap position)."""
+    what, bad, dup = kind
+    if not 1 <= length <= MAX_NAME:
+        raise KdtrError(Code.LIMIT_EXCEEDED, f"{what}_len {length} outside 1..256", entry=entry)
+    if pos + length > S:
+        raise KdtrError(Code.INDEX_LAYOUT, f"{what} runs past the string heap", entry=entry)
+    nb = idx[heap0 + pos: heap0 + pos + length]
+    if not valid_name(nb):
+        raise KdtrError(bad, f"{what} has bytes outside 0x21..0x7E", entry=entry, name=nb.decode("ascii", "backslashreplace"))
+    if prev is not None and nb == prev:
+        raise KdtrError(dup, f"{what} repeats the previous entry", entry=entry, name=nb.decode("ascii"))
+    if prev is not None and nb < prev:
+        raise KdtrError(Code.UNSORTED, f"{what}s are not in ascending byte order", entry=entry, name=nb.decode("ascii"))
+    return nb, pos + length
+
+
 def _strict_utf8(b: bytes) -> bool:
     try:
         b.decode("utf-8", "strict")  # rejects overlongs, surrogates, > U+10FFFF
@@ -300,21 +323,9 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     # 16-24 per tensor entry
     for i in range(T):
         e = idx[INDEX_HEADER_SIZE + ENTRY_SIZE * i: INDEX_HEADER_SIZE + ENTRY_SIZE * (i + 1)]
-        nlen = _u16(e, 0)
-        if not 1 <= nlen <= MAX_NAME:
-            raise KdtrError(Code.LIMIT_EXCEEDED, f"name_len {nlen} outside 1..256", entry=i)
-        if pos + nlen > S:
-            raise KdtrError(Code.INDEX_LAYOUT, "name runs past the string heap", entry=i)
-        nb = idx[heap0 + pos: heap0 + pos + nlen]
-        pos += nlen
-        if not valid_name(nb):
-            raise KdtrError(Code.BAD_NAME, "name has bytes outside 0x21..0x7E", entry=i, name=nb.decode("ascii", "backslashreplace"))
-        name = nb.decode("ascii")
-        if prev is not None and nb == prev:
-            raise KdtrError(Code.DUPLICATE_NAME, "name repeats the previous entry", entry=i, name=name)
-        if prev is not None and nb < prev:
-            raise KdtrError(Code.UNSORTED, "names are not in ascending byte order", entry=i, name=name)
+        nb, pos = _take_name(idx, heap0, pos, S, _u16(e, 0), prev, i, _TENSOR_NAME)
         prev = nb
+        name = nb.decode("ascii")
         code = _u16(e, 2)
         if code not in DTYPES:
             raise KdtrError(Code.BAD_DTYPE, f"dtype code {code}", entry=i, name=name)
@@ -351,20 +362,9 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     m0 = INDEX_HEADER_SIZE + ENTRY_SIZE * T
     for j in range(M):
         klen, vlen = _u32(idx, m0 + 8 * j), _u32(idx, m0 + 8 * j + 4)
-        if not 1 <= klen <= MAX_NAME:
-            raise KdtrError(Code.LIMIT_EXCEEDED, f"key_len {klen} outside 1..256", entry=j)
-        if pos + klen > S:
-            raise KdtrError(Code.INDEX_LAYOUT, "key runs past the string heap", entry=j)
-        kb = idx[heap0 + pos: heap0 + pos + klen]
-        pos += klen
-        if not valid_name(kb):
-            raise KdtrError(Code.BAD_META_KEY, "key has bytes outside 0x21..0x7E", entry=j, name=kb.decode("ascii", "backslashreplace"))
-        key = kb.decode("ascii")
-        if prev is not None and kb == prev:
-            raise KdtrError(Code.DUPLICATE_META_KEY, "key repeats the previous entry", entry=j, name=key)
-        if prev is not None and kb < prev:
-            raise KdtrError(Code.UNSORTED, "metadata keys are not in ascending byte order", entry=j, name=key)
+        kb, pos = _take_name(idx, heap0, pos, S, klen, prev, j, _META_KEY)
         prev = kb
+        key = kb.decode("ascii")
         if vlen > MAX_VALUE:
             raise KdtrError(Code.LIMIT_EXCEEDED, f"value_len {vlen} > 16 MiB", entry=j, name=key)
         if pos + vlen > S:

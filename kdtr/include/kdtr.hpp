@@ -150,6 +150,32 @@ inline Error fail(Code c, std::string msg, long entry = -1, std::string name = {
   return e;
 }
 
+struct NameKind { const char* what; Code bad; Code dup; };
+constexpr NameKind kTensorName{"name", Code::BAD_NAME, Code::DUPLICATE_NAME};  // checks 16-18
+constexpr NameKind kMetaKey{"key", Code::BAD_META_KEY, Code::DUPLICATE_META_KEY};  // check 25
+
+// The next name or key from the string heap, in check order: length (E14), inside the heap (E15), bytes
+// 0x21..0x7E, strictly after the previous one. Advances pos and prev on success.
+inline Error take_name(const uint8_t* heap, uint64_t& pos, uint64_t S, uint64_t len, const uint8_t*& prev,
+                       uint64_t& prevlen, long entry, const NameKind& kind, std::string& out) {
+  const std::string what = kind.what;
+  if (len < 1 || len > kMaxName) return fail(Code::LIMIT_EXCEEDED, what + "_len outside 1..256", entry);
+  if (pos + len > S) return fail(Code::INDEX_LAYOUT, what + " runs past the string heap", entry);
+  const uint8_t* nb = heap + pos;
+  out = sanitize(nb, len);
+  if (!valid_name(nb, len)) return fail(kind.bad, what + " has bytes outside 0x21..0x7E", entry, out);
+  if (prev) {
+    const int c = std::memcmp(nb, prev, len < prevlen ? len : prevlen);
+    const int order = c ? c : (len < prevlen ? -1 : (len > prevlen ? 1 : 0));
+    if (order == 0) return fail(kind.dup, what + " repeats the previous entry", entry, out);
+    if (order < 0) return fail(Code::UNSORTED, what + "s are not in ascending byte order", entry, out);
+  }
+  pos += len;
+  prev = nb;
+  prevlen = len;
+  return {};
+}
+
 // Validate [data, data+size) and fill `out` with views into it.
 inline Error open_memory(const uint8_t* data, uint64_t size, File& out, const Options& opt = {}) {
   out = File{};
@@ -194,28 +220,12 @@ inline Error open_memory(const uint8_t* data, uint64_t size, File& out, const Op
   uint64_t pos = 0;
   try { out.tensors.reserve(T); } catch (...) { return fail(Code::ALLOC, "cannot allocate entries"); }
   const uint8_t* prev = nullptr; uint64_t prevlen = 0;
-  auto cmp = [](const uint8_t* a, uint64_t an, const uint8_t* b, uint64_t bn) {
-    int c = std::memcmp(a, b, an < bn ? an : bn);
-    if (c) return c;
-    return an < bn ? -1 : (an > bn ? 1 : 0);
-  };
   // 16-24
   for (uint64_t i = 0; i < T; ++i) {
     const uint8_t* e = x + kIndexHeader + kEntrySize * i;
     long ei = long(i);
-    uint64_t nlen = rd16(e);
-    if (nlen < 1 || nlen > kMaxName) return fail(Code::LIMIT_EXCEEDED, "name_len outside 1..256", ei);
-    if (pos + nlen > S) return fail(Code::INDEX_LAYOUT, "name runs past the string heap", ei);
-    const uint8_t* nb = heap + pos;
-    pos += nlen;
-    std::string nm = sanitize(nb, nlen);
-    if (!valid_name(nb, nlen)) return fail(Code::BAD_NAME, "name has bytes outside 0x21..0x7E", ei, nm);
-    if (prev) {
-      int c = cmp(nb, nlen, prev, prevlen);
-      if (c == 0) return fail(Code::DUPLICATE_NAME, "name repeats the previous entry", ei, nm);
-      if (c < 0) return fail(Code::UNSORTED, "names are not in ascending byte order", ei, nm);
-    }
-    prev = nb; prevlen = nlen;
+    std::string nm;
+    if (Error err = take_name(heap, pos, S, rd16(e), prev, prevlen, ei, kTensorName, nm)) return err;
     Tensor t;
     t.name = nm;
     t.dtype = rd16(e + 2);
@@ -251,18 +261,8 @@ inline Error open_memory(const uint8_t* data, uint64_t size, File& out, const Op
   for (uint64_t j = 0; j < M; ++j) {
     long ej = long(j);
     uint64_t klen = rd32(m0 + 8 * j), vlen = rd32(m0 + 8 * j + 4);
-    if (klen < 1 || klen > kMaxName) return fail(Code::LIMIT_EXCEEDED, "key_len outside 1..256", ej);
-    if (pos + klen > S) return fail(Code::INDEX_LAYOUT, "key runs past the string heap", ej);
-    const uint8_t* kb = heap + pos;
-    pos += klen;
-    std::string key = sanitize(kb, klen);
-    if (!valid_name(kb, klen)) return fail(Code::BAD_META_KEY, "key has bytes outside 0x21..0x7E", ej, key);
-    if (prev) {
-      int c = cmp(kb, klen, prev, prevlen);
-      if (c == 0) return fail(Code::DUPLICATE_META_KEY, "key repeats the previous entry", ej, key);
-      if (c < 0) return fail(Code::UNSORTED, "metadata keys are not in ascending byte order", ej, key);
-    }
-    prev = kb; prevlen = klen;
+    std::string key;
+    if (Error err = take_name(heap, pos, S, klen, prev, prevlen, ej, kMetaKey, key)) return err;
     if (vlen > kMaxValue) return fail(Code::LIMIT_EXCEEDED, "value_len > 16 MiB", ej, key);
     if (pos + vlen > S) return fail(Code::INDEX_LAYOUT, "value runs past the string heap", ej, key);
     const uint8_t* vb = heap + pos;
