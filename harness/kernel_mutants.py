@@ -5,10 +5,9 @@ from __future__ import annotations
 
 MUTANTS = {
     "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;"),
-    "k_tb_sibling_not_in_freed_slot": ("tree_build", "          slot = -1;\n", ""),
     "k_tb_reassociated_sibling": (
-        "tree_build", "__dadd_rn(__dsub_rn(score, double(row[rank])), double(row[rank + 1]))",
-        "__dadd_rn(score, __dsub_rn(double(row[rank + 1]), double(row[rank])))"),
+        "tree_build", "__dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]))",
+        "__dadd_rn(e.score, __dsub_rn(double(row[e.rank + 1]), double(row[e.rank])))"),
     "k_tb_mask_without_self": ("tree_build", "for (int j = i; j > 0; j = s_parent[j])",
                                "for (int j = s_parent[i]; j > 0; j = s_parent[j])"),
     "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {"),

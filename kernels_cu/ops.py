@@ -167,7 +167,7 @@ def tree_build_smem_bytes(B: int, L: int, K: int, lp_in_smem: bool) -> int:
     """Mirrors the shared-memory layout at the top of tree_build_kernel (kernels_cu/tree_build.cu)."""
     D = B + 1
     nwords = (L + 5) // 6 if L > 0 else 1
-    return D * nwords * 8 + D * 8 + 6 * D * 4 + (L * K * 4 if lp_in_smem else 0)
+    return D * 16 + D * nwords * 8 + D * 8 + 6 * D * 4 + (L * K * 4 if lp_in_smem else 0)
 
 
 def tree_build_layout(B: int, L: int, K_in: int) -> tuple[int, int]:

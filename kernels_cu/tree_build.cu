@@ -4,11 +4,8 @@
 // explicit round-to-nearest adds in the reference's order (no contraction, no reassociation):
 //   first node  s = lp[0][0];  first child  s + lp[d][0];  next sibling  (s - lp[d-1][r]) + lp[d-1][r+1].
 // Each pop takes the best frontier entry under the total order (score descending, rank tuple ascending).
-// Instead of a sequential heap, warp 0 holds the frontier in registers: lane l owns positions l, l+32, ...
-// (up to 33 slots, enough for B = 1024) and keeps its own best cached. A pop is one butterfly max over the
-// 32 cached bests, a ballot for ties, the winning lane's rescan of its own slots, and two inserts: the next
-// sibling takes the freed slot, the first child is appended round robin. No frontier scan, no shared memory
-// on the critical path except the rank-tuple words read on exact score ties.
+// Instead of a sequential heap, warp 0 finds that entry with a parallel argmin over the frontier (size <= B),
+// so a pop costs O(B/32 + log 32) instead of O(log B) dependent shared-memory round trips.
 // Rank tuples are packed into 64-bit words, 6 ranks of 10 bits per word from the most significant end,
 // zero padded: comparing the words and then the depth is exactly lexicographic order with prefixes first.
 // Sorting the top-B set instead of replaying pops would be faster, but it differs from the heap when float64
@@ -24,7 +21,13 @@ namespace {
 constexpr int kRanksPerWord = 6;
 constexpr int kRankBits = 10;
 
-constexpr int kSlots = (KDTR_MAX_BUDGET + 1 + 31) / 32;  // 33 register slots per lane
+struct Entry {          // a pending candidate in the frontier
+  double score;
+  int16_t parent;       // tree index of its parent (0 = root)
+  int16_t rank;         // rank at its own depth
+  int16_t depth;        // 1-based
+  int16_t pad;
+};
 
 __device__ __forceinline__ uint64_t rank_bits(int depth, int rank, int word) {
   // position depth-1 lives in word (depth-1)/6 at bit 50 - 10*((depth-1)%6)
@@ -32,55 +35,16 @@ __device__ __forceinline__ uint64_t rank_bits(int depth, int rank, int word) {
   return (pos / kRanksPerWord == word) ? (uint64_t(rank) << (50 - kRankBits * (pos % kRanksPerWord))) : 0ull;
 }
 
-// A frontier entry's (parent, rank, depth) packed in 27 bits: parent <= 1024, rank < 1024, depth <= 32.
-__device__ __forceinline__ int pack(int parent, int rank, int depth) { return parent | (rank << 11) | (depth << 21); }
-__device__ __forceinline__ int parent_of(int m) { return m & 0x7ff; }
-__device__ __forceinline__ int rank_of(int m) { return (m >> 11) & 0x3ff; }
-__device__ __forceinline__ int depth_of(int m) { return m >> 21; }
-
-// Is (sa, ma) popped strictly before (sb, mb)?  tuple(x) = tuple(parent(x)) + (rank(x)).
-__device__ __forceinline__ bool better(double sa, int ma, double sb, int mb, const uint64_t* words, int nwords) {
-  if (sa != sb) return sa > sb;
+// Is candidate a strictly better (popped earlier) than b?  tuple(x) = tuple(parent(x)) + (rank(x)).
+__device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uint64_t* words, int nwords) {
+  if (a.score != b.score) return a.score > b.score;
   for (int w = 0; w < nwords; ++w) {
-    const uint64_t wa = words[parent_of(ma) * nwords + w] | rank_bits(depth_of(ma), rank_of(ma), w);
-    const uint64_t wb = words[parent_of(mb) * nwords + w] | rank_bits(depth_of(mb), rank_of(mb), w);
+    const uint64_t wa = words[a.parent * nwords + w] | rank_bits(a.depth, a.rank, w);
+    const uint64_t wb = words[b.parent * nwords + w] | rank_bits(b.depth, b.rank, w);
     if (wa != wb) return wa < wb;
   }
-  return depth_of(ma) < depth_of(mb);
+  return a.depth < b.depth;
 }
-
-// One lane's share of the frontier. Slots are only ever indexed through fully unrolled loops so that the
-// arrays stay in registers; an empty slot holds -inf (a -inf candidate is never inserted).
-struct LaneFrontier {
-  double score[kSlots];
-  int meta[kSlots];
-  int best = -1;  // slot of this lane's best entry, -1 when empty
-  double best_score = 0.0;
-  int best_meta = 0;
-
-  __device__ __forceinline__ void clear() {
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) score[k] = -CUDART_INF;
-  }
-  __device__ __forceinline__ void consider(int k, double s, int m, const uint64_t* words, int nwords) {
-    if (best < 0 || better(s, m, best_score, best_meta, words, nwords)) { best = k; best_score = s; best_meta = m; }
-  }
-  __device__ __forceinline__ void insert(int k, double s, int m, const uint64_t* words, int nwords) {
-#pragma unroll
-    for (int j = 0; j < kSlots; ++j)
-      if (j == k) { score[j] = s; meta[j] = m; }
-    consider(k, s, m, words, nwords);
-  }
-  __device__ __forceinline__ void remove_best(const uint64_t* words, int nwords) {
-    const int gone = best;
-    best = -1;
-#pragma unroll
-    for (int j = 0; j < kSlots; ++j) {
-      if (j == gone) score[j] = -CUDART_INF;
-      if (score[j] != -CUDART_INF) consider(j, score[j], meta[j], words, nwords);
-    }
-  }
-};
 
 }  // namespace
 
@@ -102,8 +66,9 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
   const int nwords = L > 0 ? (L + kRanksPerWord - 1) / kRanksPerWord : 1;
-  // the 8-byte arrays first, then the 4-byte ones: every array stays aligned
-  uint64_t* words = reinterpret_cast<uint64_t*>(smem);                      // [D * nwords]
+  // 16-byte entries first, then the 8-byte arrays, then the 4-byte ones: every array stays aligned.
+  Entry* frontier = reinterpret_cast<Entry*>(smem);                         // [D]
+  uint64_t* words = reinterpret_cast<uint64_t*>(frontier + D);              // [D * nwords]
   double* s_score = reinterpret_cast<double*>(words + size_t(D) * nwords);  // [D]
   int* s_parent = reinterpret_cast<int*>(s_score + D);                      // [D]
   int* s_depth = s_parent + D;                                              // [D]
@@ -142,60 +107,69 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   // ---- the pops: warp 0 only ----------------------------------------------------------------------------
   if (tid < 32) {
     const int lane = tid;
-    LaneFrontier f;
-    f.clear();
-    int appended = 0, count = 0;  // next append position; nodes popped so far
+    int fsize = 0, count = 0;
     if (B > 0 && L > 0 && K > 0) {
       const double s0 = double(lp[0]);  // float(lp[0][0]); never an addition (keeps -0.0)
       if (s0 != -CUDART_INF) {
-        if (lane == 0) f.insert(0, s0, pack(0, 0, 1), words, nwords);
-        appended = 1;
+        if (lane == 0) frontier[0] = Entry{s0, 0, 0, 1, 0};
+        fsize = 1;
       }
     }
-    while (count < B) {
-      // every lane learns the best score; lanes whose best ties it are compared by rank tuple, in lane
-      // order, in a warp-uniform loop (shuffles stay converged)
-      double top = f.best < 0 ? -CUDART_INF : f.best_score;
-      for (int off = 16; off > 0; off >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, off));
-      unsigned tied = __ballot_sync(0xffffffffu, f.best >= 0 && f.best_score == top);
-      if (tied == 0u) break;  // the frontier is empty
-      int w = __ffs(tied) - 1;
-      int wm = __shfl_sync(0xffffffffu, f.best_meta, w);
-      for (tied &= tied - 1; tied; tied &= tied - 1) {
-        const int l = __ffs(tied) - 1;
-        const int lm = __shfl_sync(0xffffffffu, f.best_meta, l);
-        if (better(top, lm, top, wm, words, nwords)) { w = l; wm = lm; }
-      }
-      const int freed = w + 32 * __shfl_sync(0xffffffffu, f.best, w);  // position of the popped entry
-      const double score = top;
-      const int parent = parent_of(wm), rank = rank_of(wm), depth = depth_of(wm);
-      if (lane == w) f.remove_best(words, nwords);
-      const int node = count + 1;
-      for (int k = lane; k < nwords; k += 32)
-        words[node * nwords + k] = words[parent * nwords + k] | rank_bits(depth, rank, k);
-      if (lane == 0) {
-        s_parent[node] = parent; s_depth[node] = depth; s_rank[node] = rank; s_score[node] = score;
-        if (s_last[parent] < 0) s_first[parent] = node; else s_next[s_last[parent]] = node;
-        s_last[parent] = node;
-      }
-      __syncwarp();  // the new node's tuple words are visible before any compare that may need them
-      const float* row = lp + size_t(depth - 1) * lp_stride;
-      int slot = freed;  // the next sibling (or, if there is none, the first child) reuses the freed slot
-      if (rank + 1 < K) {
-        const double s2 = __dadd_rn(__dsub_rn(score, double(row[rank])), double(row[rank + 1]));
-        if (s2 != -CUDART_INF) {
-          if (lane == (slot & 31)) f.insert(slot >> 5, s2, pack(parent, rank + 1, depth), words, nwords);
-          slot = -1;
+    __syncwarp();
+    while (fsize > 0 && count < B) {
+      // argmin over the frontier: scores compared in registers, rank tuples read only on exact ties
+      int best = -1;
+      double best_score = 0.0;
+      for (int i = lane; i < fsize; i += 32) {
+        const double sc = frontier[i].score;
+        if (best < 0 || sc > best_score || (sc == best_score && better(frontier[i], frontier[best], words, nwords))) {
+          best = i;
+          best_score = sc;
         }
       }
-      if (depth < L) {
-        const double s3 = __dadd_rn(score, double(lp[size_t(depth) * lp_stride]));
+      // Reduce on the score alone: a converged butterfly gives every lane the best score. Lanes whose best
+      // ties it are then compared by rank tuple in a warp-uniform loop. (Calling the tuple compare between
+      // shuffles diverges the warp at every shuffle: measured 1.4 µs per pop on the H200.)
+      __syncwarp();
+      double top = best < 0 ? -CUDART_INF : best_score;
+      for (int off = 16; off > 0; off >>= 1) top = fmax(top, __shfl_xor_sync(0xffffffffu, top, off));
+      unsigned tied = __ballot_sync(0xffffffffu, best >= 0 && best_score == top);
+      int winner = __shfl_sync(0xffffffffu, best, __ffs(tied) - 1);
+      for (tied &= tied - 1; tied; tied &= tied - 1) {
+        const int other = __shfl_sync(0xffffffffu, best, __ffs(tied) - 1);
+        if (better(frontier[other], frontier[winner], words, nwords)) winner = other;
+      }
+      best = winner;
+      const Entry e = frontier[best];
+      __syncwarp();  // every lane has read frontier[best] before lane 0 overwrites it below
+      const int node = count + 1;
+      // every lane builds one word of the new node's tuple
+      for (int w = lane; w < nwords; w += 32)
+        words[node * nwords + w] = words[e.parent * nwords + w] | rank_bits(e.depth, e.rank, w);
+      if (lane == 0) {
+        s_parent[node] = e.parent; s_depth[node] = e.depth; s_rank[node] = e.rank; s_score[node] = e.score;
+        if (s_last[e.parent] < 0) s_first[e.parent] = node; else s_next[s_last[e.parent]] = node;
+        s_last[e.parent] = node;
+        frontier[best] = frontier[fsize - 1];  // remove (order in the frontier does not matter)
+      }
+      fsize -= 1;
+      const float* row = lp + size_t(e.depth - 1) * lp_stride;
+      if (e.rank + 1 < K) {
+        const double s2 = __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]));
+        if (s2 != -CUDART_INF) {
+          if (lane == 0) frontier[fsize] = Entry{s2, e.parent, int16_t(e.rank + 1), e.depth, 0};
+          fsize += 1;
+        }
+      }
+      if (e.depth < L) {
+        const double s3 = __dadd_rn(e.score, double(lp[size_t(e.depth) * lp_stride]));
         if (s3 != -CUDART_INF) {
-          if (slot < 0) slot = appended++;
-          if (lane == (slot & 31)) f.insert(slot >> 5, s3, pack(node, 0, depth + 1), words, nwords);
+          if (lane == 0) frontier[fsize] = Entry{s3, int16_t(node), 0, int16_t(e.depth + 1), 0};
+          fsize += 1;
         }
       }
       count = node;
+      __syncwarp();
     }
     if (lane == 0) s_count = count + 1;
   }
