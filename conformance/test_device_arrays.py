@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from harness import strategies as hh
+from reference.tree_verify import BF16
 from harness.compare import assert_bit_exact
 from reference.tree_accept import Accept
 from reference.tree_build import Tree
@@ -64,8 +65,8 @@ def test_tree_build_device_arrays(impl, lib_name):
 
 
 @pytest.mark.spec("TA.4.3")
-@pytest.mark.parametrize("lib_name", LIBS)
-def test_tree_accept_device_arrays_commit_in_place(impl, lib_name):
+@pytest.mark.parametrize("lib_name,kv_dtype", [("cupy", "fp32"), ("torch", "fp32"), ("torch", "bf16")])
+def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
     lib = _lib(impl, lib_name)
     rng = np.random.default_rng(9)
     par = np.array([[-1, 0, 0, 1, 3, 2]], np.int32).repeat(2, 0)
@@ -74,12 +75,16 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name):
     tok = rng.integers(0, 2, (2, 6)).astype(np.int32)
     tgt = rng.integers(0, 2, (2, 6)).astype(np.int32)
     pre = np.array([3, 17], np.int32)
-    _, kv, bt = hh.build_paged_cache(rng, np.float32, pre, 6, 4, 1)
+    _, kv, bt = hh.build_paged_cache(rng, BF16 if kv_dtype == "bf16" else np.float32, pre, 6, 4, 1)
     kv_np = kv.copy()
     want = impl.op("tree_accept")(tok, fc, ns, tgt, max_depth=3, kv_cache=kv_np, block_table=bt, prefix_lens=pre)
-    kv_dev = to_dev(lib, lib_name, kv)
+    if kv_dtype == "bf16":  # torch has bf16; numpy hands it over as raw 16-bit words
+        kv_dev = lib.from_numpy(kv.view(np.int16)).cuda().view(lib.bfloat16)
+    else:
+        kv_dev = to_dev(lib, lib_name, kv)
     got = impl.op("tree_accept")(*(to_dev(lib, lib_name, a) for a in (tok, fc, ns, tgt)), max_depth=3, kv_cache=kv_dev,
                                  block_table=to_dev(lib, lib_name, bt), prefix_lens=to_dev(lib, lib_name, pre))
     for f in Accept.FIELDS:
         assert_bit_exact(to_host(lib_name, getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.3")
-    assert_bit_exact(to_host(lib_name, kv_dev), kv_np, what="kv_cache (device, in place)", spec_id="TA.4.3")
+    back = kv_dev.view(lib.int16).cpu().numpy().view(BF16) if kv_dtype == "bf16" else to_host(lib_name, kv_dev)
+    assert_bit_exact(back, kv_np, what="kv_cache (device, in place)", spec_id="TA.4.3")

@@ -29,20 +29,13 @@ class DeviceArray:
     def __init__(self, obj, arg: str):
         self.obj, self.arg = obj, arg
         self.lib = type(obj).__module__.split(".")[0]
-        if self.lib == "torch":
-            if obj.dtype.is_floating_point and obj.element_size() == 2 and str(obj.dtype) == "torch.bfloat16":
-                self.dtype = BF16
-                raw = obj.view(__import__("torch").int16)
-            else:
-                raw = obj
-                self.dtype = None
-            cai = raw.__cuda_array_interface__
-        else:
-            cai = obj.__cuda_array_interface__
-            self.dtype = None
+        bf16 = self.lib == "torch" and str(obj.dtype) == "torch.bfloat16"
+        # torch exports no __cuda_array_interface__ for bf16: take the int16 view's and keep the real dtype
+        cai = (obj.view(__import__("torch").int16) if bf16 else obj).__cuda_array_interface__
         self.ptr = int(cai["data"][0])
         self.shape = tuple(cai["shape"])
-        self.dtype = self.dtype or np.dtype(cai["typestr"])
+        # (not `x or y`: a numpy dtype is falsy)
+        self.dtype = BF16 if bf16 else np.dtype(cai["typestr"])
         strides = cai.get("strides")
         if strides is not None and tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
             v.fail(arg, "device arrays must be C-contiguous")
@@ -85,8 +78,9 @@ class Staging:
             _check(_driver().cuMemcpyHtoDAsync(int(buf.handle), x.ctypes.data, x.nbytes, self.g.stream.handle))
         return int(buf.handle)
 
-    def output(self, shape, dtype, fill=None):
-        """An output array of the caller's library, and its device pointer."""
+    def output(self, shape, dtype):
+        """An output array of the caller's library, and its device pointer (torch: uint32 bits are held in
+        int32, which torch can index; uint8 0/1 bytes in bool)."""
         dtype = np.dtype(dtype)
         n = int(np.prod(shape)) * dtype.itemsize
         if self.lib == "torch":
@@ -223,8 +217,6 @@ def prepare_tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None)
         res = {f: st.result(outs[f][0]) for f in Tree.FIELDS}
         if lib is None:
             res["full_mask"] = res["full_mask"].view(bool)
-        elif lib == "torch":
-            res["full_mask"] = res["full_mask"].to(__import__("torch").bool)  # visibility: uint32 bits in int32
         elif lib == "cupy":
             res["full_mask"] = res["full_mask"].view(bool)
         return Tree(**res)
