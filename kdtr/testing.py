@@ -36,8 +36,7 @@ def fix_crcs(buf: bytearray, *, data: bool = True) -> bytearray:
                 struct.pack_into("<I", buf, e + 8, zlib.crc32(bytes(buf[off:off + nb])))
     if io + isz <= len(buf):
         struct.pack_into("<I", buf, 48, zlib.crc32(bytes(buf[io:io + isz])))
-    struct.pack_into("<I", buf, 60, zlib.crc32(bytes(buf[:60])))
-    return buf
+    return fix_header_crc(buf)
 
 
 def fix_header_crc(buf: bytearray) -> bytearray:

@@ -27,7 +27,7 @@ class DeviceArray:
     """A CUDA array given by the caller: pointer, shape, dtype, and the library that made it."""
 
     def __init__(self, obj, arg: str):
-        self.obj, self.arg = obj, arg
+        self.obj = obj
         self.lib = type(obj).__module__.split(".")[0]
         bf16 = self.lib == "torch" and str(obj.dtype) == "torch.bfloat16"
         # torch exports no __cuda_array_interface__ for bf16: take the int16 view's and keep the real dtype
@@ -179,10 +179,17 @@ class Prepared:
     def __init__(self, staging, launch, collect):
         self.staging, self.launch, self._collect = staging, launch, collect
 
+    def sync(self):
+        self.staging.g.stream.sync()
+
+    def results(self):
+        """Wait and copy the outputs back, keeping the buffers (a benchmark checks, then times)."""
+        self.sync()
+        return self._collect()
+
     def finish(self):
         try:
-            self.staging.g.stream.sync()
-            return self._collect()
+            return self.results()
         finally:
             self.staging.close()
 
@@ -190,8 +197,8 @@ class Prepared:
 def prepare_tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None) -> Prepared:
     lib, like, host, dev = _args(top_logp=top_logp, top_ids=top_ids, root_tokens=root_tokens, prefix_lens=prefix_lens)
     h = {k: (x.host() if isinstance(x, DeviceArray) else x) for k, x in host.items()}
-    if h["prefix_lens"] is None and isinstance(h["root_tokens"], np.ndarray) and h["root_tokens"].ndim == 1:
-        h["prefix_lens"] = dev["prefix_lens"] = np.zeros(h["root_tokens"].shape, np.int32)
+    if h["prefix_lens"] is None:
+        h["prefix_lens"] = dev["prefix_lens"] = ref_build.default_prefix_lens(h["root_tokens"], None)
     bs, L, K_in, B = ref_build.validate_inputs(h["top_logp"], h["top_ids"], h["root_tokens"], budget, h["prefix_lens"])
     D, W = B + 1, (B + 32) // 32
     full = int(D * (int(np.sum(h["prefix_lens"], dtype=np.int64)) + bs * D))

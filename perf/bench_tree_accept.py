@@ -49,12 +49,11 @@ def test_tree_accept_commit(benchmark, bs):
     p = ops.prepare_tree_accept(tokens, fc, ns, target, max_depth=depth, kv_cache=kv, block_table=bt, prefix_lens=prefix)
     try:
         p.launch()  # the first launch is the one checked: the commit is not idempotent
-        p.staging.g.stream.sync()
-        got = p._collect()
+        got = p.results()
         assert_bit_exact(got.accept_path, want.accept_path, what="accept_path", spec_id="TA.2.1")
         assert_bit_exact(kv, want_kv, what="kv_cache", spec_id="TA.3.1")
         dev = timing.summary(timing.event_times_us(p.launch))
-        benchmark.pedantic(lambda: (p.launch(), p.staging.g.stream.sync()), rounds=20, warmup_rounds=3)
+        benchmark.pedantic(lambda: (p.launch(), p.sync()), rounds=20, warmup_rounds=3)
     finally:
         p.finish()
     rows = int(want.accept_len.sum())

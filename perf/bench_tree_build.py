@@ -39,7 +39,7 @@ def test_tree_build_vs_python_heapq(benchmark, bs, B):
     p = ops.prepare_tree_build(*args)
     try:
         dev = timing.summary(timing.event_times_us(p.launch))
-        benchmark.pedantic(lambda: (p.launch(), p.staging.g.stream.sync()), rounds=20, warmup_rounds=3)
+        benchmark.pedantic(lambda: (p.launch(), p.sync()), rounds=20, warmup_rounds=3)
     finally:
         got = p.finish()
     cpu = timing.cpu_time_us(lambda: ref.tree_build(*args), rounds=5 if bs * B <= 4096 else 1)

@@ -66,16 +66,7 @@ def validate_commit(kv_shape: tuple, in_place_ok: bool, block_table, prefix_lens
     v.shape("prefix_lens", prefix_lens, (bs,))
     if (prefix_lens < 0).any():
         v.fail("prefix_lens", f"negative length at {v.first_bad(prefix_lens < 0)}")
-    num_pages, page_size, _ = kv_shape
-    need = (prefix_lens.astype(np.int64) + D + page_size - 1) // page_size
-    if (need > block_table.shape[1]).any():
-        b = int(np.argmax(need > block_table.shape[1]))
-        v.fail("block_table", f"request {b} needs {int(need[b])} pages, the table has {block_table.shape[1]}")
-    for b in range(bs):
-        used = block_table[b, :need[b]]
-        if ((used < 0) | (used >= num_pages)).any():
-            j = int(np.argmax((used < 0) | (used >= num_pages)))
-            v.fail("block_table", f"[{b}, {j}] = {int(used[j])} is not a page index in 0..{num_pages - 1}")
+    v.paged_rows(kv_shape, block_table, prefix_lens, D)
 
 
 def tree_depths(first_child, next_sibling) -> np.ndarray:

@@ -173,10 +173,16 @@ def unpack_visibility(vis: np.ndarray, D: int) -> np.ndarray:
     return np.unpackbits(bytes_le, axis=-1, bitorder="little")[..., :D].astype(bool)
 
 
+def default_prefix_lens(root_tokens, prefix_lens):
+    """prefix_lens is optional: without it every request's tree starts at position 0."""
+    if prefix_lens is None and isinstance(root_tokens, np.ndarray) and root_tokens.ndim == 1:
+        return np.zeros(root_tokens.shape, np.int32)
+    return prefix_lens
+
+
 def tree_build(top_logp: np.ndarray, top_ids: np.ndarray, root_tokens: np.ndarray, budget: int,
                prefix_lens: np.ndarray | None = None) -> Tree:
-    if prefix_lens is None and isinstance(root_tokens, np.ndarray) and root_tokens.ndim == 1:
-        prefix_lens = np.zeros(root_tokens.shape, np.int32)
+    prefix_lens = default_prefix_lens(root_tokens, prefix_lens)
     bs, L, K_in, B = validate_inputs(top_logp, top_ids, root_tokens, budget, prefix_lens)
     D = 1 + B
     parents = np.full((bs, D), -1, np.int32)

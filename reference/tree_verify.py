@@ -50,17 +50,7 @@ def validate_inputs(q, kv_cache, block_table, prefix_lens, visibility, softmax_s
         v.fail("softmax_scale", f"{softmax_scale!r} must be a finite float > 0")
     if (prefix_lens < 0).any():
         v.fail("prefix_lens", f"negative length at {v.first_bad(prefix_lens < 0)}")
-    num_pages, page_size, _ = kv_cache.shape
-    need = (prefix_lens.astype(np.int64) + Q + page_size - 1) // page_size
-    if (need > block_table.shape[1]).any():
-        b = int(np.argmax(need > block_table.shape[1]))
-        v.fail("block_table", f"request {b} needs {int(need[b])} pages for prefix {int(prefix_lens[b])} + Q {Q}, "
-                              f"the table has {block_table.shape[1]}")
-    for b in range(bs):
-        used = block_table[b, :need[b]]
-        if ((used < 0) | (used >= num_pages)).any():
-            j = int(np.argmax((used < 0) | (used >= num_pages)))
-            v.fail("block_table", f"[{b}, {j}] = {int(used[j])} is not a page index in 0..{num_pages - 1}")
+    v.paged_rows(kv_cache.shape, block_table, prefix_lens, Q)
     check_visibility("visibility", visibility, Q)
     return bs, Q, H
 

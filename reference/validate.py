@@ -54,6 +54,23 @@ def first_bad(mask: np.ndarray) -> tuple:
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
+def paged_rows(kv_shape: tuple, block_table: np.ndarray, prefix_lens: np.ndarray, rows: int) -> None:
+    """Every page that positions 0 .. prefix_len + rows - 1 of each request need is in its block-table row
+    and is an index into the cache (the cache's shape is enough: device caches are not copied)."""
+    num_pages, page_size = kv_shape[0], kv_shape[1]
+    need = (prefix_lens.astype(np.int64) + rows + page_size - 1) // page_size
+    if (need > block_table.shape[1]).any():
+        b = int(np.argmax(need > block_table.shape[1]))
+        fail("block_table", f"request {b} needs {int(need[b])} pages for prefix {int(prefix_lens[b])} + {rows} rows, "
+                            f"the table has {block_table.shape[1]}")
+    for b in range(len(prefix_lens)):
+        used = block_table[b, :need[b]]
+        bad = (used < 0) | (used >= num_pages)
+        if bad.any():
+            j = int(np.argmax(bad))
+            fail("block_table", f"[{b}, {j}] = {int(used[j])} is not a page index in 0..{num_pages - 1}")
+
+
 def tree_links(arg_fc: str, first_child: np.ndarray, arg_ns: str, next_sibling: np.ndarray) -> None:
     """first_child/next_sibling [bs, D] must describe a forest hanging off node 0 in which every link
     points to a larger index (parents before children, siblings ascending) and no node has two incoming
