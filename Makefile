@@ -2,7 +2,7 @@
 PYTEST = .venv/bin/python -m pytest
 JOBS ?= auto
 
-.PHONY: setup conformance test perf corpus fixtures clean
+.PHONY: setup conformance test perf lint format corpus fixtures clean
 setup:
 	@tools/setup.sh
 
@@ -18,6 +18,15 @@ test: setup
 # Benchmarks need a GPU and no xdist (pytest-benchmark turns itself off under xdist).
 perf: setup
 	$(PYTEST) perf -p no:xdist --benchmark-enable --benchmark-json=reports/perf.json $(ARGS)
+
+# Lint and format check (ruff, configured in pyproject.toml); `make format` rewrites.
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format:
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
 
 corpus:
 	.venv/bin/python tools/gen_kdtr_corpus.py

@@ -3,6 +3,7 @@
 Hooks only. Everything importable lives in the `harness` package (cuda-python's rule: never import
 from a conftest).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,20 +20,43 @@ _GPUS = pytest.StashKey[list]()
 
 # Profiles: deadlines off everywhere (the first GPU call pays for NVRTC and module load).
 settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", settings.get_profile("ci"), max_examples=200, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("thorough", max_examples=2000, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ci",
+    settings.get_profile("ci"),
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=2000,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--impl", action="append", default=None, choices=impls.ALL,
-                     help="implementation(s) under test; repeat for several (default: all, unusable ones skip)")
-    parser.addoption("--require-gpu", action="store_true", default=bool(os.environ.get("KDTR_REQUIRE_GPU")),
-                     help="turn 'no GPU' skips into failures (GPU runners)")
-    parser.addoption("--require-tools", action="store_true", default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
-                     help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)")
+    parser.addoption(
+        "--impl",
+        action="append",
+        default=None,
+        choices=impls.ALL,
+        help="implementation(s) under test; repeat for several (default: all, unusable ones skip)",
+    )
+    parser.addoption(
+        "--require-gpu",
+        action="store_true",
+        default=bool(os.environ.get("KDTR_REQUIRE_GPU")),
+        help="turn 'no GPU' skips into failures (GPU runners)",
+    )
+    parser.addoption(
+        "--require-tools",
+        action="store_true",
+        default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
+        help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)",
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -53,8 +77,10 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     p = device.probe()
-    return [f"kdtr: gpu: {p.reason}; nvrtc: {device.nvrtc_version()}; hypothesis profile: "
-            f"{settings._current_profile}; impl: {','.join(config.getoption('--impl') or impls.ALL)}"]
+    return [
+        f"kdtr: gpu: {p.reason}; nvrtc: {device.nvrtc_version()}; hypothesis profile: "
+        f"{settings._current_profile}; impl: {','.join(config.getoption('--impl') or impls.ALL)}"
+    ]
 
 
 def pytest_generate_tests(metafunc):
@@ -78,10 +104,12 @@ def pytest_collection_modifyitems(config, items):
         impl = params.get("impl", params.get("reader", "-"))
         item.user_properties.append(("spec_ids", tuple(ids)))
         item.user_properties.append(("impl", impl))
-        item.user_properties.append(("device", impls.device_label(impl, params.get("arch"),
-                                                                  item.get_closest_marker("gpu") is not None)))
-        item.user_properties.append(("worker_gpu", (os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                                                    os.environ.get("CUDA_VISIBLE_DEVICES"))))
+        item.user_properties.append(
+            ("device", impls.device_label(impl, params.get("arch"), item.get_closest_marker("gpu") is not None))
+        )
+        item.user_properties.append(
+            ("worker_gpu", (os.environ.get("PYTEST_XDIST_WORKER", "main"), os.environ.get("CUDA_VISIBLE_DEVICES")))
+        )
     if errors:
         raise pytest.UsageError("clause validation failed:\n  " + "\n  ".join(errors))
 
@@ -97,6 +125,12 @@ def pytest_runtest_setup(item):
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     p = device.probe()
-    machine_info["gpu"] = {"name": p.name or None, "arch": p.arch or None, "driver": device.driver_version_string() or None,
-                           "driver_api": p.driver or None, "nvrtc": device.nvrtc_version(), "probe": p.reason}
+    machine_info["gpu"] = {
+        "name": p.name or None,
+        "arch": p.arch or None,
+        "driver": device.driver_version_string() or None,
+        "driver_api": p.driver or None,
+        "nvrtc": device.nvrtc_version(),
+        "probe": p.reason,
+    }
     machine_info["git_revision"] = device.git_revision(str(ROOT))

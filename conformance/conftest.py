@@ -1,4 +1,5 @@
 """Fixtures of the conformance suite (no helpers: those live in the harness package)."""
+
 import pytest
 
 from harness import impls

@@ -1,4 +1,5 @@
 """The CUDA wrappers take device arrays (cupy, torch) and answer in kind (TB.4.4, TA.4.3)."""
+
 from __future__ import annotations
 
 import importlib
@@ -7,10 +8,10 @@ import numpy as np
 import pytest
 
 from harness import strategies as hh
-from reference.tree_verify import BF16
 from harness.compare import assert_bit_exact
 from reference.tree_accept import Accept
 from reference.tree_build import Tree
+from reference.tree_verify import BF16
 from reference.validate import InputError
 
 LIBS = ["cupy", "torch"]
@@ -55,13 +56,19 @@ def test_tree_build_device_arrays(impl, lib_name):
         assert type(x).__module__.split(".")[0] == lib_name, f"{f} came back as {type(x)}"
         h = to_host(lib_name, x)
         w = getattr(want, f)
-        assert_bit_exact(h.view(w.dtype) if h.dtype.itemsize == w.dtype.itemsize else h.astype(w.dtype), w, what=f,
-                         spec_id="TB.4.4")
+        assert_bit_exact(
+            h.view(w.dtype) if h.dtype.itemsize == w.dtype.itemsize else h.astype(w.dtype), w, what=f, spec_id="TB.4.4"
+        )
     bad = lp.copy()
     bad[0, 0, 0] = np.nan
     with pytest.raises(InputError, match=r"top_logp: NaN at \(0, 0, 0\)"):
-        impl.op("tree_build")(to_dev(lib, lib_name, bad), to_dev(lib, lib_name, ids), to_dev(lib, lib_name, roots), 20,
-                              to_dev(lib, lib_name, pre))
+        impl.op("tree_build")(
+            to_dev(lib, lib_name, bad),
+            to_dev(lib, lib_name, ids),
+            to_dev(lib, lib_name, roots),
+            20,
+            to_dev(lib, lib_name, pre),
+        )
 
 
 @pytest.mark.spec("TA.4.3")
@@ -82,8 +89,13 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
         kv_dev = lib.from_numpy(kv.view(np.int16)).cuda().view(lib.bfloat16)
     else:
         kv_dev = to_dev(lib, lib_name, kv)
-    got = impl.op("tree_accept")(*(to_dev(lib, lib_name, a) for a in (tok, fc, ns, tgt)), max_depth=3, kv_cache=kv_dev,
-                                 block_table=to_dev(lib, lib_name, bt), prefix_lens=to_dev(lib, lib_name, pre))
+    got = impl.op("tree_accept")(
+        *(to_dev(lib, lib_name, a) for a in (tok, fc, ns, tgt)),
+        max_depth=3,
+        kv_cache=kv_dev,
+        block_table=to_dev(lib, lib_name, bt),
+        prefix_lens=to_dev(lib, lib_name, pre),
+    )
     for f in Accept.FIELDS:
         assert_bit_exact(to_host(lib_name, getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.3")
     back = kv_dev.view(lib.int16).cpu().numpy().view(BF16) if kv_dtype == "bf16" else to_host(lib_name, kv_dev)

@@ -1,5 +1,6 @@
 """Golden fixtures (fixtures/<op>/*.kdtr): every implementation reproduces the committed outputs, and the
 fixtures themselves are current (MANIFEST.json: file sha256 and the hash of the generating sources)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,19 @@ def _call(impl, op, f):
     if op == "tree_accept":
         commit = {}
         if "kv_cache" in t:
-            commit = {"kv_cache": np.array(t["kv_cache"]), "block_table": t["block_table"], "prefix_lens": t["prefix_lens"]}
-        return fn(t["tokens"], t["first_child"], t["next_sibling"], t["target_tokens"], max_depth=int(t["max_depth"]),
-                  **commit), commit.get("kv_cache")
+            commit = {
+                "kv_cache": np.array(t["kv_cache"]),
+                "block_table": t["block_table"],
+                "prefix_lens": t["prefix_lens"],
+            }
+        return fn(
+            t["tokens"],
+            t["first_child"],
+            t["next_sibling"],
+            t["target_tokens"],
+            max_depth=int(t["max_depth"]),
+            **commit,
+        ), commit.get("kv_cache")
     return fn(t["q"], t["kv_cache"], t["block_table"], t["prefix_lens"], t["visibility"], float(t["softmax_scale"]))
 
 
@@ -53,8 +64,13 @@ def test_tree_build_fixture(impl, path):
     f = kdtr.load(path)
     got = _call(impl, "tree_build", f)
     for name in (k for k in f.infos if k.startswith("out.")):
-        assert_bit_exact(np.asarray(getattr(got, name[4:])), np.asarray(f[name]), what=name[4:], spec_id="TB.4.3",
-                         context={"fixture": path.name})
+        assert_bit_exact(
+            np.asarray(getattr(got, name[4:])),
+            np.asarray(f[name]),
+            what=name[4:],
+            spec_id="TB.4.3",
+            context={"fixture": path.name},
+        )
 
 
 @pytest.mark.spec("TA.4.2")
@@ -78,8 +94,9 @@ def test_tree_verify_fixture(impl, path):
         return
     tol = clauses.clause("TV.2.1" if out.dtype == np.float32 else "TV.2.2").tolerance()
     for name, a in (("out", out), ("lse", lse)):
-        assert_close(a.astype(np.float64), np.asarray(f[f"out.{name}"]).astype(np.float64), what=name, spec_id="TV.3.4",
-                     **tol)
+        assert_close(
+            a.astype(np.float64), np.asarray(f[f"out.{name}"]).astype(np.float64), what=name, spec_id="TV.3.4", **tol
+        )
 
 
 @pytest.mark.spec("TB.3.2", "TB.3.3", "TA.2.3")
@@ -99,8 +116,9 @@ def test_sgl_kernel_golden_values():
 def test_fixtures_are_current():
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
     gen = _gen()
-    assert manifest["source_hash"] == gen.source_hash(), \
+    assert manifest["source_hash"] == gen.source_hash(), (
         "fixture sources changed since the fixtures were made: run `make fixtures` and review the diff"
+    )
     on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.kdtr")}
     assert on_disk == set(manifest["files"]), "fixture files and MANIFEST.json disagree"
     for rel, sha in manifest["files"].items():

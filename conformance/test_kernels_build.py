@@ -1,4 +1,5 @@
 """Compile-only checks of every kernel (spec/build.md): no GPU needed, run in CI."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -68,14 +69,19 @@ def test_cache_hits_and_keys(tmp_path, monkeypatch):
     monkeypatch.setenv("KDTR_CACHE_DIR", str(tmp_path / "cache"))
     env = {**os.environ, "KDTR_CACHE_DIR": str(tmp_path / "cache")}
     root = runtime.HERE.parent
-    first = subprocess.run([sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True)
-    second = subprocess.run([sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True)
+    first = subprocess.run(
+        [sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True
+    )
+    second = subprocess.run(
+        [sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True
+    )
     assert first.returncode == 0, first.stderr
     assert first.stdout.split()[0] == "0" and second.stdout.split()[0] == "1", (first.stdout, second.stdout)
     assert first.stdout.split()[1] == second.stdout.split()[1]
     k1 = runtime.cache_key("tree_accept", "sm_90")
-    monkeypatch.setattr(runtime, "source_with_headers",
-                        lambda slug: ("// same source", {"common.cuh": "// a changed header"}))
+    monkeypatch.setattr(
+        runtime, "source_with_headers", lambda slug: ("// same source", {"common.cuh": "// a changed header"})
+    )
     assert runtime.cache_key("tree_accept", "sm_90") != k1
 
 
@@ -86,8 +92,10 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
     root = runtime.HERE.parent
 
     def one(_):
-        return subprocess.run([sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True,
-                              text=True)
+        return subprocess.run(
+            [sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True, text=True
+        )
+
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         results = list(ex.map(one, range(8)))
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]
@@ -95,5 +103,7 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
     assert len(sizes) == 1
     files = sorted(p.name for p in (tmp_path / "cache" / f"v{runtime.SCHEMA}").iterdir())
     assert not [f for f in files if f.startswith(".tmp-")], files
-    again = subprocess.run([sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True, text=True)
+    again = subprocess.run(
+        [sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True, text=True
+    )
     assert again.stdout.split() == ["1", sizes.pop()]

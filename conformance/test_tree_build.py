@@ -1,4 +1,5 @@
 """tree_build conformance (spec/tree_build.md) for every implementation."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,35 +48,95 @@ def _ids_dup():
 
 # --- TB.1 Inputs ------------------------------------------------------------------------------------------
 BAD = [
-    pytest.param(0, valid_case()[0].astype(np.float64), "top_logp: dtype float64", id="logp-float64",
-                 marks=pytest.mark.spec("TB.1.1")),
-    pytest.param(0, valid_case()[0][0], "top_logp: shape .* has 2 dims", id="logp-rank2", marks=pytest.mark.spec("TB.1.1")),
-    pytest.param(1, valid_case()[1][:, :2], r"top_ids: shape \(2, 2, 4\), expected \(2, 3, 4\)", id="ids-shape",
-                 marks=pytest.mark.spec("TB.1.1")),
-    pytest.param(1, valid_case()[1].astype(np.int64), "top_ids: dtype int64", id="ids-int64", marks=pytest.mark.spec("TB.1.1")),
-    pytest.param(2, np.zeros(3, np.int32), r"root_tokens: shape \(3,\)", id="roots-shape", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(
+        0,
+        valid_case()[0].astype(np.float64),
+        "top_logp: dtype float64",
+        id="logp-float64",
+        marks=pytest.mark.spec("TB.1.1"),
+    ),
+    pytest.param(
+        0, valid_case()[0][0], "top_logp: shape .* has 2 dims", id="logp-rank2", marks=pytest.mark.spec("TB.1.1")
+    ),
+    pytest.param(
+        1,
+        valid_case()[1][:, :2],
+        r"top_ids: shape \(2, 2, 4\), expected \(2, 3, 4\)",
+        id="ids-shape",
+        marks=pytest.mark.spec("TB.1.1"),
+    ),
+    pytest.param(
+        1, valid_case()[1].astype(np.int64), "top_ids: dtype int64", id="ids-int64", marks=pytest.mark.spec("TB.1.1")
+    ),
+    pytest.param(
+        2, np.zeros(3, np.int32), r"root_tokens: shape \(3,\)", id="roots-shape", marks=pytest.mark.spec("TB.1.1")
+    ),
     pytest.param(2, [1, 2], "root_tokens: expected a numpy array", id="roots-list", marks=pytest.mark.spec("TB.1.1")),
-    pytest.param(4, np.zeros(2, np.int64), "prefix_lens: dtype int64", id="prefix-int64", marks=pytest.mark.spec("TB.1.1")),
+    pytest.param(
+        4, np.zeros(2, np.int64), "prefix_lens: dtype int64", id="prefix-int64", marks=pytest.mark.spec("TB.1.1")
+    ),
     pytest.param(3, 1025, "budget: 1025 is outside 0..1024", id="budget-too-large", marks=pytest.mark.spec("TB.1.2")),
     pytest.param(3, -1, "budget: -1 is outside", id="budget-negative", marks=pytest.mark.spec("TB.1.2")),
     pytest.param(3, 2.0, "budget: expected an integer", id="budget-float", marks=pytest.mark.spec("TB.1.2")),
-    pytest.param(2, np.array([1, -4], np.int32), "root_tokens: negative token id", id="roots-negative",
-                 marks=pytest.mark.spec("TB.1.2")),
-    pytest.param(4, np.array([0, -1], np.int32), "prefix_lens: negative length", id="prefix-negative",
-                 marks=pytest.mark.spec("TB.1.2")),
-    pytest.param(0, np.zeros((2, 33, 1), np.float32), "top_logp: depth L=33 is more than 32", id="L-too-large",
-                 marks=pytest.mark.spec("TB.1.2")),
-    pytest.param(0, _lp_with(lambda a: a.__setitem__((1, 1, 2), np.nan)), r"top_logp: NaN at \(1, 1, 2\)", id="nan",
-                 marks=pytest.mark.spec("TB.1.3")),
-    pytest.param(0, _lp_with(lambda a: a.__setitem__((0, 0, 0), 0.5)), "top_logp: log-prob > 0", id="positive",
-                 marks=pytest.mark.spec("TB.1.3")),
-    pytest.param(0, _lp_with(lambda a: a.__setitem__((0, 0, 0), np.inf)), "top_logp: log-prob > 0", id="plus-inf",
-                 marks=pytest.mark.spec("TB.1.3")),
-    pytest.param(0, _lp_with(lambda a: a.__setitem__((1, 2, slice(None)), a[1, 2, ::-1].copy())),
-                 r"top_logp: row \[1, 2\] is not non-increasing", id="unsorted", marks=pytest.mark.spec("TB.1.3")),
-    pytest.param(1, _ids_dup(), r"top_ids: row \[1, 2\] has duplicate token ids", id="duplicate-ids",
-                 marks=pytest.mark.spec("TB.1.3")),
-    pytest.param(1, -valid_case()[1] - 1, "top_ids: negative token id", id="ids-negative", marks=pytest.mark.spec("TB.1.3")),
+    pytest.param(
+        2,
+        np.array([1, -4], np.int32),
+        "root_tokens: negative token id",
+        id="roots-negative",
+        marks=pytest.mark.spec("TB.1.2"),
+    ),
+    pytest.param(
+        4,
+        np.array([0, -1], np.int32),
+        "prefix_lens: negative length",
+        id="prefix-negative",
+        marks=pytest.mark.spec("TB.1.2"),
+    ),
+    pytest.param(
+        0,
+        np.zeros((2, 33, 1), np.float32),
+        "top_logp: depth L=33 is more than 32",
+        id="L-too-large",
+        marks=pytest.mark.spec("TB.1.2"),
+    ),
+    pytest.param(
+        0,
+        _lp_with(lambda a: a.__setitem__((1, 1, 2), np.nan)),
+        r"top_logp: NaN at \(1, 1, 2\)",
+        id="nan",
+        marks=pytest.mark.spec("TB.1.3"),
+    ),
+    pytest.param(
+        0,
+        _lp_with(lambda a: a.__setitem__((0, 0, 0), 0.5)),
+        "top_logp: log-prob > 0",
+        id="positive",
+        marks=pytest.mark.spec("TB.1.3"),
+    ),
+    pytest.param(
+        0,
+        _lp_with(lambda a: a.__setitem__((0, 0, 0), np.inf)),
+        "top_logp: log-prob > 0",
+        id="plus-inf",
+        marks=pytest.mark.spec("TB.1.3"),
+    ),
+    pytest.param(
+        0,
+        _lp_with(lambda a: a.__setitem__((1, 2, slice(None)), a[1, 2, ::-1].copy())),
+        r"top_logp: row \[1, 2\] is not non-increasing",
+        id="unsorted",
+        marks=pytest.mark.spec("TB.1.3"),
+    ),
+    pytest.param(
+        1,
+        _ids_dup(),
+        r"top_ids: row \[1, 2\] has duplicate token ids",
+        id="duplicate-ids",
+        marks=pytest.mark.spec("TB.1.3"),
+    ),
+    pytest.param(
+        1, -valid_case()[1] - 1, "top_ids: negative token id", id="ids-negative", marks=pytest.mark.spec("TB.1.3")
+    ),
 ]
 
 
@@ -104,17 +165,21 @@ def test_usable_after_bad_input(impl):
 
 # --- TB.2 Algorithm ---------------------------------------------------------------------------------------
 def check_against_oracle(got, case, spec_id):
-    lp, ids, roots, B, prefix = case
+    lp, ids, _roots, B, _prefix = case
     for b in range(lp.shape[0]):
         par, dep, tok, rk, sc = oracles.brute_force_tree(lp[b], ids[b], B)
         n = len(par)
         ctx = {"request": b, "B": B}
         assert int(got.n_nodes[b]) == 1 + n, f"[{spec_id}] request {b}: n_nodes {int(got.n_nodes[b])}, oracle {1 + n}"
-        assert_bit_exact(got.parents[b, 1:1 + n], np.array(par, np.int32), what="parents", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.depths[b, 1:1 + n], np.array(dep, np.int32), what="depths", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.tokens[b, 1:1 + n], np.array(tok, np.int32), what="tokens", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.ranks[b, 1:1 + n], np.array(rk, np.int32), what="ranks", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.scores[b, 1:1 + n], np.array(sc, np.float64), what="scores", spec_id=spec_id, context=ctx)
+        assert_bit_exact(
+            got.parents[b, 1 : 1 + n], np.array(par, np.int32), what="parents", spec_id=spec_id, context=ctx
+        )
+        assert_bit_exact(got.depths[b, 1 : 1 + n], np.array(dep, np.int32), what="depths", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.tokens[b, 1 : 1 + n], np.array(tok, np.int32), what="tokens", spec_id=spec_id, context=ctx)
+        assert_bit_exact(got.ranks[b, 1 : 1 + n], np.array(rk, np.int32), what="ranks", spec_id=spec_id, context=ctx)
+        assert_bit_exact(
+            got.scores[b, 1 : 1 + n], np.array(sc, np.float64), what="scores", spec_id=spec_id, context=ctx
+        )
 
 
 def check_matches_reference(impl, got, case):
@@ -127,17 +192,39 @@ def check_matches_reference(impl, got, case):
 
 
 # (s - lp[r]) + lp[r+1] and s + (lp[r+1] - lp[r]) differ here in float64: a fast-math kernel would fail.
-REASSOCIATION = hh.TopK((np.array([[[-2.3007946242659116e-11, -200.0], [-3.614973920207376e-08, -144.13876342773438]]],
-                                  np.float32), np.array([[[1, 2], [3, 4]]], np.int32), np.array([0], np.int32), 3,
-                         np.array([0], np.int32)))
-SIGNED_ZERO = hh.TopK((np.array([[[-0.0, -1.0], [-0.0, -2.0]]], np.float32), np.array([[[1, 2], [3, 4]]], np.int32),
-                       np.array([0], np.int32), 4, np.array([0], np.int32)))
+REASSOCIATION = hh.TopK(
+    (
+        np.array([[[-2.3007946242659116e-11, -200.0], [-3.614973920207376e-08, -144.13876342773438]]], np.float32),
+        np.array([[[1, 2], [3, 4]]], np.int32),
+        np.array([0], np.int32),
+        3,
+        np.array([0], np.int32),
+    )
+)
+SIGNED_ZERO = hh.TopK(
+    (
+        np.array([[[-0.0, -1.0], [-0.0, -2.0]]], np.float32),
+        np.array([[[1, 2], [3, 4]]], np.int32),
+        np.array([0], np.int32),
+        4,
+        np.array([0], np.int32),
+    )
+)
 
 
 @pytest.mark.spec("TB.2.1", "TB.2.2", "TB.2.3")
 @given(case=hh.topk_inputs(max_candidates=ORACLE_CANDIDATES))
-@example(case=hh.TopK((np.array([[[-0.5, -0.5], [-0.5, -0.5]]], np.float32), np.array([[[1, 2], [3, 4]]], np.int32),
-                       np.array([9], np.int32), 4, np.array([0], np.int32))))
+@example(
+    case=hh.TopK(
+        (
+            np.array([[[-0.5, -0.5], [-0.5, -0.5]]], np.float32),
+            np.array([[[1, 2], [3, 4]]], np.int32),
+            np.array([9], np.int32),
+            4,
+            np.array([0], np.int32),
+        )
+    )
+)
 @example(case=REASSOCIATION)
 @example(case=SIGNED_ZERO)
 @settings(max_examples=max(400, settings().max_examples))  # the issue's bar: >= 400 cases against the oracle
@@ -156,7 +243,7 @@ def test_scores_are_the_float64_recursion(impl, case):
     """Recompute every score from its rank tuple with the recursion written out here (independent of the
     reference's code) and compare bits: first node float(lp[0][0]), child s + lp[d][0], sibling
     (s - lp[d-1][r]) + lp[d-1][r+1]."""
-    lp, ids, roots, B, prefix = case
+    lp, _ids, _roots, _B, _prefix = case
     got = run(impl, case)
     for b in range(lp.shape[0]):
         for i in range(1, int(got.n_nodes[b])):
@@ -171,17 +258,18 @@ def test_scores_are_the_float64_recursion(impl, case):
                 s = float(lp[b, 0, 0]) if d == 1 else s + float(lp[b, d - 1, 0])
                 for rr in range(r):
                     s = (s - float(lp[b, d - 1, rr])) + float(lp[b, d - 1, rr + 1])
-            assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), \
+            assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), (
                 f"[TB.2.1] request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}"
+            )
 
 
 @pytest.mark.spec("TB.2.4", "TB.2.5")
 @given(case=hh.topk_inputs(max_L=5, max_K=6, max_B=64))
 def test_node_count_and_no_inf(impl, case):
-    lp, ids, roots, B, prefix = case
+    lp, _ids, _roots, B, _prefix = case
     got = run(impl, case)
     for b in range(lp.shape[0]):
-        L, K_in = lp.shape[1:]
+        _L, K_in = lp.shape[1:]
         K = min(B, K_in)
         finite = 0 if K == 0 else _finite_candidates(lp[b, :, :K])
         assert int(got.n_nodes[b]) == 1 + min(B, finite), f"[TB.2.4] request {b}"
@@ -204,7 +292,7 @@ def _finite_candidates(lp) -> int:
 @pytest.mark.spec("TB.2.6", "TB.2.7")
 @given(case=hh.topk_inputs(max_bs=3, max_L=8, max_K=16, max_B=128))
 def test_node_fields(impl, case):
-    lp, ids, roots, B, prefix = case
+    lp, ids, roots, B, _prefix = case
     got = run(impl, case)
     K = min(B, lp.shape[2])
     for b in range(lp.shape[0]):
@@ -227,7 +315,7 @@ def test_node_fields(impl, case):
 @pytest.mark.spec("TB.2.8")
 @given(case=hh.topk_inputs(max_L=3, max_K=3, max_B=64))
 def test_pad_slots(impl, case):
-    lp, ids, roots, B, prefix = case
+    lp, _ids, roots, B, prefix = case
     got = run(impl, case)
     D = 1 + B
     bits = ref.unpack_visibility(np.asarray(got.visibility), D)
@@ -251,7 +339,7 @@ def test_pad_slots(impl, case):
 @given(case=hh.topk_inputs(max_bs=3, max_L=6, max_K=8, max_B=70))
 def test_layouts_consistent_with_parents(impl, case):
     """Each layout recomputed independently from the parent array (oracle: ancestor closure)."""
-    lp, ids, roots, B, prefix = case
+    lp, _ids, _roots, B, prefix = case
     got = run(impl, case)
     D = 1 + B
     W = (D + 31) // 32
@@ -264,13 +352,14 @@ def test_layouts_consistent_with_parents(impl, case):
         for i, j in zip(*np.nonzero(closure)):
             packed[i, j // 32] |= np.uint32(1) << np.uint32(j % 32)
         assert_bit_exact(got.visibility[b], packed, what="visibility", spec_id="TB.3.1", context={"request": b})
-        assert_bit_exact(got.positions[b], (prefix[b] + got.depths[b]).astype(np.int32), what="positions",
-                         spec_id="TB.3.2")
+        assert_bit_exact(
+            got.positions[b], (prefix[b] + got.depths[b]).astype(np.int32), what="positions", spec_id="TB.3.2"
+        )
         fc, ns = hh.links_of(got.parents[b, :n], D)
         assert_bit_exact(got.first_child[b], fc, what="first_child", spec_id="TB.3.3")
         assert_bit_exact(got.next_sibling[b], ns, what="next_sibling", spec_id="TB.3.3")
         size = D * (int(prefix[b]) + D)
-        block = got.full_mask[offset:offset + size].reshape(D, int(prefix[b]) + D)
+        block = got.full_mask[offset : offset + size].reshape(D, int(prefix[b]) + D)
         want = np.concatenate([np.ones((D, int(prefix[b])), bool), closure], axis=1)
         assert_bit_exact(block, want, what="full_mask", spec_id="TB.3.4", context={"request": b})
         offset += size
@@ -295,9 +384,10 @@ def test_batch_invariant(impl, case, data):
     lp, ids, roots, B, prefix = case
     full = run(impl, case)
     b = data.draw(st.integers(0, lp.shape[0] - 1), label="request")
-    alone = run(impl, hh.TopK((lp[b:b + 1], ids[b:b + 1], roots[b:b + 1], B, prefix[b:b + 1])))
+    alone = run(impl, hh.TopK((lp[b : b + 1], ids[b : b + 1], roots[b : b + 1], B, prefix[b : b + 1])))
     for f in ref.Tree.FIELDS:
         if f == "full_mask":
             continue
-        assert_bit_exact(np.asarray(getattr(alone, f))[:1], np.asarray(getattr(full, f))[b:b + 1], what=f,
-                         spec_id="TB.4.2")
+        assert_bit_exact(
+            np.asarray(getattr(alone, f))[:1], np.asarray(getattr(full, f))[b : b + 1], what=f, spec_id="TB.4.2"
+        )

@@ -7,10 +7,11 @@ Failure messages name the output and the clause and show the mismatch count, the
 index (C order), the worst ulp/abs/rel errors with their indices, a hex window around the first
 mismatch, and a repro hint.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -76,23 +77,29 @@ class Mismatch:
     def format(self) -> str:
         tag = f" [{self.spec_id}]" if self.spec_id else ""
         kind = "bit-exact" if self.exact else "within tolerance"
-        lines = [f"output {self.what!r} is not {kind}{tag}",
-                 f"  {self.dtype} {self.shape}: {self.count} / {self.total} elements differ "
-                 f"({100.0 * self.count / max(self.total, 1):.3g}%)",
-                 f"  first mismatch at {self.first_index}: actual={self.first_actual} expected={self.first_expected}"]
+        lines = [
+            f"output {self.what!r} is not {kind}{tag}",
+            f"  {self.dtype} {self.shape}: {self.count} / {self.total} elements differ "
+            f"({100.0 * self.count / max(self.total, 1):.3g}%)",
+            f"  first mismatch at {self.first_index}: actual={self.first_actual} expected={self.first_expected}",
+        ]
         if self.worst:
             lines.append("  worst: " + "  ".join(f"{k}={v[0]:.4g} at {v[1]}" for k, v in self.worst.items()))
         lines.append(self.window)
         if self.context:
             lines.append("  case: " + " ".join(f"{k}={v}" for k, v in self.context.items()))
-        lines.append("  repro: rerun the failing test id with -x -p no:randomly; hypothesis prints the "
-                     "falsifying example and @reproduce_failure blob above")
+        lines.append(
+            "  repro: rerun the failing test id with -x -p no:randomly; hypothesis prints the "
+            "falsifying example and @reproduce_failure blob above"
+        )
         return "\n".join(lines)
 
 
 def _fmt(v, dt: np.dtype) -> str:
     arr = np.asarray(v, dtype=dt).reshape(1)
-    return f"{arr[0]!r} (0x{int(_bits(arr)[0]):0{dt.itemsize * 2}x})" if is_float(dt) or dt.kind == "c" else repr(arr[0])
+    return (
+        f"{arr[0]!r} (0x{int(_bits(arr)[0]):0{dt.itemsize * 2}x})" if is_float(dt) or dt.kind == "c" else repr(arr[0])
+    )
 
 
 def _window(actual: np.ndarray, expected: np.ndarray, flat: int) -> str:
@@ -101,8 +108,10 @@ def _window(actual: np.ndarray, expected: np.ndarray, flat: int) -> str:
     w = a.dtype.itemsize * 2
     row = lambda x: " ".join(f"{int(v):0{w}x}" for v in x[lo:hi])
     caret = " ".join(("^" * w) if i == flat else (" " * w) for i in range(lo, hi))
-    return f"  flat[{lo}:{hi}] actual   {row(a)}\n  {' ' * len(f'flat[{lo}:{hi}]')} expected {row(e)}\n" \
-           f"  {' ' * len(f'flat[{lo}:{hi}]')}          {caret}"
+    return (
+        f"  flat[{lo}:{hi}] actual   {row(a)}\n  {' ' * len(f'flat[{lo}:{hi}]')} expected {row(e)}\n"
+        f"  {' ' * len(f'flat[{lo}:{hi}]')}          {caret}"
+    )
 
 
 def _preconditions(actual, expected, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -130,9 +139,21 @@ def _mismatch(actual, expected, bad, *, what, spec_id, context, exact) -> Mismat
             v = np.where(np.isnan(v), np.inf, v)
             j = int(np.argmax(v.reshape(-1)))
             worst[name] = (float(v.reshape(-1)[j]), tuple(int(i) for i in np.unravel_index(j, actual.shape)))
-    return Mismatch(what, spec_id, str(actual.dtype), actual.shape, int(bad.sum()), int(bad.size), idx,
-                    _fmt(actual.reshape(-1)[flat], actual.dtype), _fmt(expected.reshape(-1)[flat], expected.dtype),
-                    worst, _window(actual, expected, flat), dict(context or {}), exact)
+    return Mismatch(
+        what,
+        spec_id,
+        str(actual.dtype),
+        actual.shape,
+        int(bad.sum()),
+        int(bad.size),
+        idx,
+        _fmt(actual.reshape(-1)[flat], actual.dtype),
+        _fmt(expected.reshape(-1)[flat], expected.dtype),
+        worst,
+        _window(actual, expected, flat),
+        dict(context or {}),
+        exact,
+    )
 
 
 def check_bit_exact(actual, expected, *, what: str, spec_id: str | None = None, context=None) -> Mismatch | None:
@@ -152,8 +173,17 @@ def assert_bit_exact(actual, expected, *, what: str, spec_id: str | None = None,
         raise AssertionError(m.format())
 
 
-def check_close(actual, expected, *, what: str, max_ulp: int | None = None, rtol: float | None = None,
-                atol: float | None = None, spec_id: str | None = None, context=None) -> Mismatch | None:
+def check_close(
+    actual,
+    expected,
+    *,
+    what: str,
+    max_ulp: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    spec_id: str | None = None,
+    context=None,
+) -> Mismatch | None:
     """Tolerance check; NaN must meet NaN at the same place, infinities must match exactly."""
     if (rtol is None) != (atol is None):
         raise ValueError("give rtol and atol together, or neither")
@@ -177,10 +207,20 @@ def check_close(actual, expected, *, what: str, max_ulp: int | None = None, rtol
     return _mismatch(actual, expected, bad, what=what, spec_id=spec_id, context=context, exact=False)
 
 
-def assert_close(actual, expected, *, what: str, max_ulp: int | None = None, rtol: float | None = None,
-                 atol: float | None = None, spec_id: str | None = None, context=None) -> None:
+def assert_close(
+    actual,
+    expected,
+    *,
+    what: str,
+    max_ulp: int | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    spec_id: str | None = None,
+    context=None,
+) -> None:
     __tracebackhide__ = True
-    m = check_close(actual, expected, what=what, max_ulp=max_ulp, rtol=rtol, atol=atol, spec_id=spec_id,
-                    context=context)
+    m = check_close(
+        actual, expected, what=what, max_ulp=max_ulp, rtol=rtol, atol=atol, spec_id=spec_id, context=context
+    )
     if m is not None:
         raise AssertionError(m.format())

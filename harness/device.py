@@ -4,8 +4,10 @@ cuda.core 1.2 hangs in `Device()` after a failed `get_kernel()` when no driver i
 calls `cuInit` once through cuda.bindings inside a narrow except, and callers never use cuda.core's
 driver APIs when it failed (notes: toolchain §2.5).
 """
+
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.metadata
@@ -18,8 +20,8 @@ class Probe:
     ok: bool
     reason: str
     name: str = ""
-    arch: str = ""          # "sm_90"
-    driver: str = ""        # driver API version, "13.0"
+    arch: str = ""  # "sm_90"
+    driver: str = ""  # driver API version, "13.0"
     count: int = 0
 
 
@@ -52,9 +54,10 @@ def probe() -> Probe:
 def nvrtc_version() -> str:
     try:
         from cuda.bindings import nvrtc
-        err, major, minor = nvrtc.nvrtcVersion()
+
+        _err, major, minor = nvrtc.nvrtcVersion()
         return f"{major}.{minor}"
-    except Exception as e:  # noqa: BLE001 - reported, not raised: the header must always print
+    except Exception as e:
         return f"unavailable ({type(e).__name__})"
 
 
@@ -66,8 +69,12 @@ def nvrtc_available() -> tuple[bool, str]:
 def driver_version_string() -> str:
     """The kernel-mode driver version from nvidia-smi when present (e.g. 580.159.03)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else ""
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -75,21 +82,37 @@ def driver_version_string() -> str:
 
 def package_versions() -> dict[str, str]:
     out = {}
-    for p in ("numpy", "ml_dtypes", "hypothesis", "pytest", "pytest-xdist", "pytest-benchmark",
-              "cuda-bindings", "cuda-core", "cuda-pathfinder", "nvidia-cuda-nvrtc", "torch", "cupy-cuda13x"):
-        try:
+    for p in (
+        "numpy",
+        "ml_dtypes",
+        "hypothesis",
+        "pytest",
+        "pytest-xdist",
+        "pytest-benchmark",
+        "cuda-bindings",
+        "cuda-core",
+        "cuda-pathfinder",
+        "nvidia-cuda-nvrtc",
+        "torch",
+        "cupy-cuda13x",
+    ):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[p] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            pass
     return out
 
 
 def git_revision(root: str) -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         if rev:
             return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):

@@ -4,6 +4,7 @@ Each implementation exposes the three ops under one slug each: `tree_build`, `tr
 `tree_accept`. An op an implementation does not have raises `Unavailable`, which the fixture turns
 into a skip naming why.
 """
+
 from __future__ import annotations
 
 import importlib

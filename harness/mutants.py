@@ -5,6 +5,7 @@ collection. meta/test_mutants.py runs the op's conformance tests against each mu
 requires a failure. Mutants either replace one named arithmetic step of a reference or wrap the public
 function and corrupt one output, so the references themselves carry no mutation switches.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,6 +25,7 @@ def _wrap(module, name, post):
     @functools.wraps(orig)
     def wrapped(*a, **k):
         return post(orig(*a, **k), *a, **k)
+
     setattr(module, name, wrapped)
 
 
@@ -32,7 +34,7 @@ def _set(module, name, value):
 
 
 def _relink_descending(t, *a, **k):
-    bs, D = t.parents.shape
+    bs, _D = t.parents.shape
     t.first_child[:] = -1
     t.next_sibling[:] = -1
     for b in range(bs):
@@ -44,7 +46,7 @@ def _relink_descending(t, *a, **k):
 
 
 def _mask_parent_only(t, *a, **k):
-    bs, D, W = t.visibility.shape
+    bs, _D, W = t.visibility.shape
     for b in range(bs):
         for i in range(1, int(t.n_nodes[b])):
             row = np.zeros(W, np.uint32)
@@ -55,7 +57,7 @@ def _mask_parent_only(t, *a, **k):
 
 
 def _clear_self_bits(t, *a, **k):
-    bs, D, W = t.visibility.shape
+    _bs, D, _W = t.visibility.shape
     for i in range(1, D):
         t.visibility[:, i, i // 32] &= ~np.uint32(1 << (i % 32))
     return t
@@ -63,8 +65,16 @@ def _clear_self_bits(t, *a, **k):
 
 def _bit_reverse(t, *a, **k):
     v = t.visibility
-    t.visibility[:] = np.unpackbits(v.view(np.uint8), bitorder="little").reshape(v.shape + (32,))[..., ::-1] \
-        .reshape(-1, 32).dot(1 << np.arange(32, dtype=np.uint64)).astype(np.uint32).reshape(v.shape) if v.size else v
+    t.visibility[:] = (
+        np.unpackbits(v.view(np.uint8), bitorder="little")
+        .reshape(v.shape + (32,))[..., ::-1]
+        .reshape(-1, 32)
+        .dot(1 << np.arange(32, dtype=np.uint64))
+        .astype(np.uint32)
+        .reshape(v.shape)
+        if v.size
+        else v
+    )
     return t
 
 
@@ -114,59 +124,167 @@ def _leaky_rows(orig):
     def rows(kv_cache, block_table, b, positions):
         # every query also reads the row after its last visible one (an invisible row leaks in)
         return orig(kv_cache, block_table, b, np.append(positions, positions[-1] + 1))
+
     return rows
 
 
 MUTANTS = {
     # tree_build: algorithm
-    "tb_ties_reversed": ("tree_build", "rank tuples compared in descending order",
-                         lambda: _set(tb, "heap_key", lambda s, r: (-s, tuple(-x for x in r)))),
-    "tb_ties_insertion_order": ("tree_build", "ties broken by insertion order (FIFO)",
-                                lambda: _set(tb, "heap_key", lambda s, r: (-s, next(_counter)))),
-    "tb_float32_scores": ("tree_build", "scores accumulated in float32",
-                          lambda: (_set(tb, "child_score", lambda s, c: float(np.float32(s) + np.float32(c))),
-                                   _set(tb, "sibling_score",
-                                        lambda s, a, b: float((np.float32(s) - np.float32(a)) + np.float32(b))))),
-    "tb_reassociated_sibling": ("tree_build", "sibling score s + (lp[r+1] - lp[r]) instead of (s - lp[r]) + lp[r+1]",
-                                lambda: _set(tb, "sibling_score", lambda s, a, b: s + (float(b) - float(a)))),
-    "tb_first_score_plus_zero": ("tree_build", "first score 0.0 + lp[0][0] (loses -0.0)",
-                                 lambda: _set(tb, "first_score", lambda x: 0.0 + float(x))),
-    "tb_inf_candidates_popped": ("tree_build", "-inf candidates pushed and popped",
-                                 lambda: _set(tb, "selectable", lambda s: True)),
-    "tb_budget_counts_root": ("tree_build", "B - 1 pops (root counted in the budget)",
-                              lambda: _set(tb, "build_one", (lambda o: lambda lp, ids, B: o(lp, ids, max(B - 1, 0)))(tb.build_one))),
+    "tb_ties_reversed": (
+        "tree_build",
+        "rank tuples compared in descending order",
+        lambda: _set(tb, "heap_key", lambda s, r: (-s, tuple(-x for x in r))),
+    ),
+    "tb_ties_insertion_order": (
+        "tree_build",
+        "ties broken by insertion order (FIFO)",
+        lambda: _set(tb, "heap_key", lambda s, r: (-s, next(_counter))),
+    ),
+    "tb_float32_scores": (
+        "tree_build",
+        "scores accumulated in float32",
+        lambda: (
+            _set(tb, "child_score", lambda s, c: float(np.float32(s) + np.float32(c))),
+            _set(tb, "sibling_score", lambda s, a, b: float((np.float32(s) - np.float32(a)) + np.float32(b))),
+        ),
+    ),
+    "tb_reassociated_sibling": (
+        "tree_build",
+        "sibling score s + (lp[r+1] - lp[r]) instead of (s - lp[r]) + lp[r+1]",
+        lambda: _set(tb, "sibling_score", lambda s, a, b: s + (float(b) - float(a))),
+    ),
+    "tb_first_score_plus_zero": (
+        "tree_build",
+        "first score 0.0 + lp[0][0] (loses -0.0)",
+        lambda: _set(tb, "first_score", lambda x: 0.0 + float(x)),
+    ),
+    "tb_inf_candidates_popped": (
+        "tree_build",
+        "-inf candidates pushed and popped",
+        lambda: _set(tb, "selectable", lambda s: True),
+    ),
+    "tb_budget_counts_root": (
+        "tree_build",
+        "B - 1 pops (root counted in the budget)",
+        lambda: _set(tb, "build_one", (lambda o: lambda lp, ids, B: o(lp, ids, max(B - 1, 0)))(tb.build_one)),
+    ),
     # tree_build: layouts
-    "tb_positions_off_by_one": ("tree_build", "positions = prefix + depth + 1", lambda: _wrap(tb, "tree_build", _positions_plus_one)),
-    "tb_mask_without_self": ("tree_build", "visibility rows miss their own bit", lambda: _wrap(tb, "tree_build", _clear_self_bits)),
-    "tb_mask_parent_only": ("tree_build", "visibility = parent and self only", lambda: _wrap(tb, "tree_build", _mask_parent_only)),
-    "tb_big_endian_bits": ("tree_build", "bit order reversed within each word", lambda: _wrap(tb, "tree_build", _bit_reverse)),
-    "tb_siblings_descending": ("tree_build", "siblings linked in descending index (prepend)",
-                               lambda: _wrap(tb, "tree_build", _relink_descending)),
-    "tb_pad_rows_visible": ("tree_build", "pad slots visible to the root", lambda: _wrap(tb, "tree_build", _pads_visible_to_root)),
+    "tb_positions_off_by_one": (
+        "tree_build",
+        "positions = prefix + depth + 1",
+        lambda: _wrap(tb, "tree_build", _positions_plus_one),
+    ),
+    "tb_mask_without_self": (
+        "tree_build",
+        "visibility rows miss their own bit",
+        lambda: _wrap(tb, "tree_build", _clear_self_bits),
+    ),
+    "tb_mask_parent_only": (
+        "tree_build",
+        "visibility = parent and self only",
+        lambda: _wrap(tb, "tree_build", _mask_parent_only),
+    ),
+    "tb_big_endian_bits": (
+        "tree_build",
+        "bit order reversed within each word",
+        lambda: _wrap(tb, "tree_build", _bit_reverse),
+    ),
+    "tb_siblings_descending": (
+        "tree_build",
+        "siblings linked in descending index (prepend)",
+        lambda: _wrap(tb, "tree_build", _relink_descending),
+    ),
+    "tb_pad_rows_visible": (
+        "tree_build",
+        "pad slots visible to the root",
+        lambda: _wrap(tb, "tree_build", _pads_visible_to_root),
+    ),
     # tree_verify
-    "tv_wrong_scale": ("tree_verify", "1/sqrt(576) instead of the given softmax_scale",
-                       lambda: _set(tv, "tree_verify", (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, 576 ** -0.5, **k))(tv.tree_verify))),
-    "tv_scale_squared": ("tree_verify", "scale applied twice",
-                         lambda: _set(tv, "tree_verify", (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, s * s, **k))(tv.tree_verify))),
-    "tv_lse_base2": ("tree_verify", "lse in base 2",
-                     lambda: _wrap(tv, "tree_verify", lambda r, *a, **k: (r[0], (r[1] / math.log(2)).astype(r[1].dtype)))),
-    "tv_invisible_row_leaks": ("tree_verify", "each query also attends to one row it cannot see",
-                               lambda: _set(tv, "cache_rows", _leaky_rows(tv.cache_rows))),
-    "tv_no_bf16_p_rounding": ("tree_verify", "P kept in fp32 for bf16 inputs", lambda: _set(tv, "round_probabilities", lambda p, d: p)),
+    "tv_wrong_scale": (
+        "tree_verify",
+        "1/sqrt(576) instead of the given softmax_scale",
+        lambda: _set(
+            tv,
+            "tree_verify",
+            (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, 576**-0.5, **k))(tv.tree_verify),
+        ),
+    ),
+    "tv_scale_squared": (
+        "tree_verify",
+        "scale applied twice",
+        lambda: _set(
+            tv,
+            "tree_verify",
+            (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, s * s, **k))(tv.tree_verify),
+        ),
+    ),
+    "tv_lse_base2": (
+        "tree_verify",
+        "lse in base 2",
+        lambda: _wrap(tv, "tree_verify", lambda r, *a, **k: (r[0], (r[1] / math.log(2)).astype(r[1].dtype))),
+    ),
+    "tv_invisible_row_leaks": (
+        "tree_verify",
+        "each query also attends to one row it cannot see",
+        lambda: _set(tv, "cache_rows", _leaky_rows(tv.cache_rows)),
+    ),
+    "tv_no_bf16_p_rounding": (
+        "tree_verify",
+        "P kept in fp32 for bf16 inputs",
+        lambda: _set(tv, "round_probabilities", lambda p, d: p),
+    ),
     # tree_accept
-    "ta_last_matching_sibling": ("tree_accept", "the last matching sibling is taken",
-                                 lambda: _set(ta, "matching_child", _matching_child_last)),
-    "ta_bonus_from_parent": ("tree_accept", "bonus read at the parent of the last accepted node",
-                             lambda: _wrap(ta, "walk", _bonus_from_parent)),
-    "ta_commit_decreasing": ("tree_accept", "commit copies rows in decreasing j", lambda: _set(ta, "commit", _commit_decreasing)),
-    "ta_accept_len_counts_root": ("tree_accept", "accept_len includes the root",
-                                  lambda: _wrap(ta, "walk", lambda acc, *a, **k: (setattr(acc, "accept_len", acc.accept_len + 1), acc)[1])),
-    "ta_commit_skips_last": ("tree_accept", "the last accepted row is not copied",
-                             lambda: _set(ta, "commit", (lambda o: lambda kv, bt, p, acc: o(kv, bt, p, type(acc)(
-                                 np.maximum(acc.accept_len - 1, 0), acc.accept_path, acc.emitted, acc.bonus, acc.new_lens)))(ta.commit))),
-    "ta_emitted_without_bonus": ("tree_accept", "emitted lacks the bonus token",
-                                 lambda: _wrap(ta, "walk", lambda acc, *a, **k: (acc.emitted.__setitem__(
-                                     (np.arange(len(acc.accept_len)), acc.accept_len), -1), acc)[1])),
+    "ta_last_matching_sibling": (
+        "tree_accept",
+        "the last matching sibling is taken",
+        lambda: _set(ta, "matching_child", _matching_child_last),
+    ),
+    "ta_bonus_from_parent": (
+        "tree_accept",
+        "bonus read at the parent of the last accepted node",
+        lambda: _wrap(ta, "walk", _bonus_from_parent),
+    ),
+    "ta_commit_decreasing": (
+        "tree_accept",
+        "commit copies rows in decreasing j",
+        lambda: _set(ta, "commit", _commit_decreasing),
+    ),
+    "ta_accept_len_counts_root": (
+        "tree_accept",
+        "accept_len includes the root",
+        lambda: _wrap(ta, "walk", lambda acc, *a, **k: (setattr(acc, "accept_len", acc.accept_len + 1), acc)[1]),
+    ),
+    "ta_commit_skips_last": (
+        "tree_accept",
+        "the last accepted row is not copied",
+        lambda: _set(
+            ta,
+            "commit",
+            (
+                lambda o: (
+                    lambda kv, bt, p, acc: o(
+                        kv,
+                        bt,
+                        p,
+                        type(acc)(
+                            np.maximum(acc.accept_len - 1, 0), acc.accept_path, acc.emitted, acc.bonus, acc.new_lens
+                        ),
+                    )
+                )
+            )(ta.commit),
+        ),
+    ),
+    "ta_emitted_without_bonus": (
+        "tree_accept",
+        "emitted lacks the bonus token",
+        lambda: _wrap(
+            ta,
+            "walk",
+            lambda acc, *a, **k: (acc.emitted.__setitem__((np.arange(len(acc.accept_len)), acc.accept_len), -1), acc)[
+                1
+            ],
+        ),
+    ),
 }
 
 

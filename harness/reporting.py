@@ -6,6 +6,7 @@ pytest-xdist ships from workers to the controller, so a distributed run gives on
 the controller (or a run without xdist) writes files. Tests add extra facts the same way:
 `("kernel_resources", {...})` for ptxas registers/smem/spills, `("mutants", {...})` for kill counts.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -21,8 +22,11 @@ RANK = {"failed": 3, "passed": 2, "xfailed": 1, "skipped": 0}
 
 
 def pytest_addoption(parser):
-    parser.addoption("--report-dir", default=str(ROOT / "reports"),
-                     help="folder for conformance.json and conformance.md (default: reports/)")
+    parser.addoption(
+        "--report-dir",
+        default=str(ROOT / "reports"),
+        help="folder for conformance.json and conformance.md (default: reports/)",
+    )
 
 
 class _Collector:
@@ -71,32 +75,46 @@ class _Collector:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             s = data["summary"]
-            tr.write_line(f"conformance report: {out / 'conformance.md'}  clauses pass={s['pass']} fail={s['fail']} "
-                          f"skip={s['skip']} (rows: clause x impl x device)")
+            tr.write_line(
+                f"conformance report: {out / 'conformance.md'}  clauses pass={s['pass']} fail={s['fail']} "
+                f"skip={s['skip']} (rows: clause x impl x device)"
+            )
 
     def build(self) -> dict:
         from hypothesis import settings
+
         p = device.probe()
         reg = spec.registry()
         rows = []
         for (sid, impl, dev), r in sorted(self.rows.items()):
             status = max((k for k in RANK if r[k]), key=RANK.get, default="skipped")
             c = reg.get(sid)
-            rows.append({"clause": sid, "title": c.title if c else "?", "accuracy": c.accuracy if c else "?",
-                         "impl": impl, "device": dev, "status": {"passed": "pass", "failed": "fail",
-                                                                  "xfailed": "xfail", "skipped": "skip"}[status],
-                         **{k: r[k] for k in ("passed", "failed", "skipped", "xfailed")},
-                         "skip_reasons": r["skip_reasons"]})
+            rows.append(
+                {
+                    "clause": sid,
+                    "title": c.title if c else "?",
+                    "accuracy": c.accuracy if c else "?",
+                    "impl": impl,
+                    "device": dev,
+                    "status": {"passed": "pass", "failed": "fail", "xfailed": "xfail", "skipped": "skip"}[status],
+                    **{k: r[k] for k in ("passed", "failed", "skipped", "xfailed")},
+                    "skip_reasons": r["skip_reasons"],
+                }
+            )
         covered = {r["clause"] for r in rows}
         summary = {s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail")}
         summary["tests"] = self.tests
         summary["clauses_without_result"] = sorted(set(reg) - covered)
         return {
             "environment": {
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "gpu": p.name or None, "gpu_probe": p.reason, "compute_capability": p.arch or None,
-                "driver_api": p.driver or None, "driver": device.driver_version_string() or None,
-                "nvrtc": device.nvrtc_version(), "packages": device.package_versions(),
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "gpu": p.name or None,
+                "gpu_probe": p.reason,
+                "compute_capability": p.arch or None,
+                "driver_api": p.driver or None,
+                "driver": device.driver_version_string() or None,
+                "nvrtc": device.nvrtc_version(),
+                "packages": device.package_versions(),
                 "git_revision": device.git_revision(str(ROOT)),
                 "hypothesis_profile": settings._current_profile,
                 "impl_selected": self.config.getoption("--impl", default=None),
@@ -122,34 +140,63 @@ def _outcome(report) -> str | None:
 
 def render_markdown(data: dict) -> str:
     env = data["environment"]
-    lines = ["# Conformance report", "",
-             "| | |", "|---|---|"]
-    for k in ("date", "gpu", "compute_capability", "driver", "driver_api", "nvrtc", "git_revision",
-              "hypothesis_profile", "impl_selected", "xdist_workers", "worker_gpus", "gpu_probe"):
+    lines = ["# Conformance report", "", "| | |", "|---|---|"]
+    for k in (
+        "date",
+        "gpu",
+        "compute_capability",
+        "driver",
+        "driver_api",
+        "nvrtc",
+        "git_revision",
+        "hypothesis_profile",
+        "impl_selected",
+        "xdist_workers",
+        "worker_gpus",
+        "gpu_probe",
+    ):
         lines.append(f"| {k} | {env.get(k)} |")
     lines.append(f"| packages | {', '.join(f'{k} {v}' for k, v in env['packages'].items())} |")
     s = data["summary"]
-    lines += ["", f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['xfail']} xfail. "
-              f"**Tests:** {s['tests']}.", ""]
+    lines += [
+        "",
+        f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['xfail']} xfail. **Tests:** {s['tests']}.",
+        "",
+    ]
     if s["clauses_without_result"]:
         lines += [f"Clauses with no result in this run: {', '.join(s['clauses_without_result'])}", ""]
-    lines += ["| clause | title | accuracy | impl | device | status | pass/fail/skip | note |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| clause | title | accuracy | impl | device | status | pass/fail/skip | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in data["rows"]:
         note = "; ".join(r["skip_reasons"])[:160] if r["status"] == "skip" else ""
-        lines.append(f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r['device']} | "
-                     f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |")
+        lines.append(
+            f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r['device']} | "
+            f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |"
+        )
     if data["kernel_resources"]:
-        lines += ["", "## Kernel resources (ptxas -v)", "",
-                  "| kernel | arch | registers | smem bytes | stack bytes | spill stores | spill loads |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Kernel resources (ptxas -v)",
+            "",
+            "| kernel | arch | registers | smem bytes | stack bytes | spill stores | spill loads |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for k in data["kernel_resources"]:
-            lines.append(f"| {k['kernel']} | {k['arch']} | {k['registers']} | {k['smem']} | {k['stack']} | "
-                         f"{k['spill_stores']} | {k['spill_loads']} |")
+            lines.append(
+                f"| {k['kernel']} | {k['arch']} | {k['registers']} | {k['smem']} | {k['stack']} | "
+                f"{k['spill_stores']} | {k['spill_loads']} |"
+            )
     if data["mutants"]:
         killed = sum(1 for v in data["mutants"].values() if v["killed"])
-        lines += ["", f"## Mutants: {killed} / {len(data['mutants'])} killed", "",
-                  "| mutant | killed by |", "|---|---|"]
+        lines += [
+            "",
+            f"## Mutants: {killed} / {len(data['mutants'])} killed",
+            "",
+            "| mutant | killed by |",
+            "|---|---|",
+        ]
         for name, v in sorted(data["mutants"].items()):
             lines.append(f"| {name} | {v['by'] if v['killed'] else '**survived**'} |")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ A clause is a heading `### TB.3.2 Title`, followed within its section by an `Acc
 (`exact`, `ulp(N)`, or `rel(R)` / `rel(R, atol=A)` against a float64 oracle) and optionally a
 `Status: planned` line. Conformance tests carry `@pytest.mark.spec("TB.3.2")`.
 """
+
 from __future__ import annotations
 
 import dataclasses

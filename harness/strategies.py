@@ -1,4 +1,5 @@
 """Hypothesis strategies shared by the suites (the array-api-tests `hh` module)."""
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -7,9 +8,28 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 # ------------------------------------------------------------------------------------------- KDTR
-KDTR_DTYPES = [np.dtype(d) for d in (np.bool_, np.uint8, np.int8, "<u2", "<i2", "<u4", "<i4", "<u8", "<i8", "<f2",
-                                     ml_dtypes.bfloat16, "<f4", "<f8", "<c8", "<c16", ml_dtypes.float8_e4m3fn,
-                                     ml_dtypes.float8_e5m2)]
+KDTR_DTYPES = [
+    np.dtype(d)
+    for d in (
+        np.bool_,
+        np.uint8,
+        np.int8,
+        "<u2",
+        "<i2",
+        "<u4",
+        "<i4",
+        "<u8",
+        "<i8",
+        "<f2",
+        ml_dtypes.bfloat16,
+        "<f4",
+        "<f8",
+        "<c8",
+        "<c16",
+        ml_dtypes.float8_e4m3fn,
+        ml_dtypes.float8_e5m2,
+    )
+]
 NAME_CHARS = "".join(chr(c) for c in range(0x21, 0x7F))
 
 
@@ -40,8 +60,10 @@ class TopK(tuple):
 
     def __repr__(self):
         lp, ids, roots, B, pre = self
-        return f"TopK(bs={lp.shape[0]}, L={lp.shape[1]}, K_in={lp.shape[2]}, B={B}, prefix={pre.tolist()}, " \
-               f"lp={lp.tolist()!r}, ids={ids.tolist()!r}, roots={roots.tolist()})"
+        return (
+            f"TopK(bs={lp.shape[0]}, L={lp.shape[1]}, K_in={lp.shape[2]}, B={B}, prefix={pre.tolist()}, "
+            f"lp={lp.tolist()!r}, ids={ids.tolist()!r}, roots={roots.tolist()})"
+        )
 
 
 def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> np.ndarray:
@@ -69,7 +91,7 @@ def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None,
     L = draw(st.integers(0, max_L), label="L")
     K_in = draw(st.integers(0 if L == 0 else 1, max_K), label="K_in")
     if max_candidates is not None:
-        while L > 1 and sum(K_in ** d for d in range(1, L + 1)) > max_candidates:
+        while L > 1 and sum(K_in**d for d in range(1, L + 1)) > max_candidates:
             L -= 1
     B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
     style = draw(st.sampled_from(["bf16", "coarse", "continuous", "wide"]), label="style")
@@ -77,8 +99,18 @@ def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None,
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     lp = logp_rows(rng, (bs, L, K_in), style, inf_frac)
     vocab = max(K_in, draw(st.sampled_from([K_in, 50, 150_000]), label="vocab"))
-    ids = np.stack([np.stack([rng.choice(vocab, K_in, replace=False) for _ in range(L)]) if L else
-                    np.zeros((0, K_in), np.int64) for _ in range(bs)]).astype(np.int32).reshape(bs, L, K_in)
+    ids = (
+        np.stack(
+            [
+                np.stack([rng.choice(vocab, K_in, replace=False) for _ in range(L)])
+                if L
+                else np.zeros((0, K_in), np.int64)
+                for _ in range(bs)
+            ]
+        )
+        .astype(np.int32)
+        .reshape(bs, L, K_in)
+    )
     roots = rng.integers(0, vocab + 1, bs).astype(np.int32)
     prefix = rng.choice([0, 1, 5, 63, 64, 65, max_prefix], bs).astype(np.int32)
     return TopK((lp, ids, roots, B, prefix))
@@ -129,9 +161,11 @@ class AcceptCase(tuple):
     """(parents, n_nodes, tokens, first_child, next_sibling, target, max_depth)"""
 
     def __repr__(self):
-        par, n, tok, fc, ns, tgt, L = self
-        return f"AcceptCase(n_nodes={n.tolist()}, max_depth={L}, parents={par.tolist()}, tokens={tok.tolist()}, " \
-               f"target={tgt.tolist()})"
+        par, n, tok, _fc, _ns, tgt, L = self
+        return (
+            f"AcceptCase(n_nodes={n.tolist()}, max_depth={L}, parents={par.tolist()}, tokens={tok.tolist()}, "
+            f"target={tgt.tolist()})"
+        )
 
 
 @st.composite
@@ -152,7 +186,7 @@ def accept_cases(draw, max_bs=4, max_nodes=33, vocab=None):
     n_nodes = np.array([len(p) for p in pars], np.int32)
     L = 0
     for b, par in enumerate(pars):
-        parents[b, :len(par)] = par
+        parents[b, : len(par)] = par
         fc[b], ns[b] = links_of(par, D)
         L = max(L, int(depths_of(par).max()))
         for u in range(len(par)):
@@ -168,9 +202,11 @@ class PagedCase(tuple):
     """(q, kv_cache, block_table, prefix_lens, visibility, scale, parents, n_nodes)"""
 
     def __repr__(self):
-        q, kv, bt, pre, vis, scale, par, n = self
-        return f"PagedCase(q={q.shape} {q.dtype}, kv={kv.shape}, prefix={pre.tolist()}, scale={scale}, " \
-               f"parents={par.tolist()})"
+        q, kv, _bt, pre, _vis, scale, par, _n = self
+        return (
+            f"PagedCase(q={q.shape} {q.dtype}, kv={kv.shape}, prefix={pre.tolist()}, scale={scale}, "
+            f"parents={par.tolist()})"
+        )
 
 
 def poison(a: np.ndarray, mask) -> None:
@@ -192,7 +228,7 @@ def build_paged_cache(rng, dtype, prefix_lens, Q, page_size, H, *, spare_pages=2
     used = np.zeros((total, page_size), bool)
     k = 0
     for b in range(bs):
-        bt[b, :pages[b]] = perm[k:k + pages[b]]
+        bt[b, : pages[b]] = perm[k : k + pages[b]]
         k += pages[b]
         n = int(prefix_lens[b]) + Q
         for p in range(n):
@@ -204,9 +240,17 @@ def build_paged_cache(rng, dtype, prefix_lens, Q, page_size, H, *, spare_pages=2
 
 
 @st.composite
-def paged_cases(draw, dtype=np.float32, heads=(1, 8, 16, 64, 128), max_bs=3, max_nodes=12,
-                prefixes=(0, 1, 63, 64, 65, 300), page_sizes=(1, 16, 64)):
+def paged_cases(
+    draw,
+    dtype=np.float32,
+    heads=(1, 8, 16, 64, 128),
+    max_bs=3,
+    max_nodes=12,
+    prefixes=(0, 1, 63, 64, 65, 300),
+    page_sizes=(1, 16, 64),
+):
     from reference.tree_build import layouts
+
     bs = draw(st.integers(1, max_bs), label="bs")
     H = draw(st.sampled_from(heads), label="H")
     page_size = draw(st.sampled_from(page_sizes), label="page_size")
@@ -218,10 +262,11 @@ def paged_cases(draw, dtype=np.float32, heads=(1, 8, 16, 64, 128), max_bs=3, max
     depths = np.zeros((bs, Q), np.int32)
     n_nodes = np.array([len(p) for p in pars], np.int32)
     for b, p in enumerate(pars):
-        parents[b, :len(p)] = p
-        depths[b, :len(p)] = depths_of(p)
+        parents[b, : len(p)] = p
+        depths[b, : len(p)] = depths_of(p)
     vis = layouts(parents, depths, n_nodes, prefix)[0]
-    q, kv, bt = build_paged_cache(rng, dtype, prefix, Q, page_size, H,
-                                  q_scale=draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale"))
-    scale = draw(st.sampled_from([0.130861, 192 ** -0.5, 576 ** -0.5, 0.144680]), label="softmax_scale")
+    q, kv, bt = build_paged_cache(
+        rng, dtype, prefix, Q, page_size, H, q_scale=draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
+    )
+    scale = draw(st.sampled_from([0.130861, 192**-0.5, 576**-0.5, 0.144680]), label="softmax_scale")
     return PagedCase((q, kv, bt, prefix, vis, scale, parents, n_nodes))

@@ -1,4 +1,5 @@
 """Device timing with CUDA events (cuda.core) for the benchmarks, and the measured hardware ceilings."""
+
 from __future__ import annotations
 
 import functools
@@ -16,7 +17,9 @@ def event_times_us(launch, *, warmup: int = 5, reps: int = 50, per_graph: int = 
     """
     from cuda.bindings import driver
     from cuda.core import EventOptions
+
     from kernels_cu import runtime
+
     s = runtime.gpu().stream
     opts = EventOptions(timing_enabled=True)
     for _ in range(warmup):
@@ -47,6 +50,7 @@ def event_times_us(launch, *, warmup: int = 5, reps: int = 50, per_graph: int = 
 
 def _ok(res):
     from cuda.bindings import driver
+
     err, *rest = res if isinstance(res, tuple) else (res,)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"CUDA error {err.name}")
@@ -71,13 +75,17 @@ def cpu_time_us(fn, *, rounds: int) -> list[float]:
 def copy_bandwidth_gbs(nbytes: int = 1 << 30) -> float:
     """Measured device-to-device copy rate, counting bytes read plus written (the memory roofline)."""
     from cuda.bindings import driver
+
     from kernels_cu import runtime
+
     g = runtime.gpu()
     a = g.device.memory_resource.allocate(nbytes, stream=g.stream)
     b = g.device.memory_resource.allocate(nbytes, stream=g.stream)
     try:
+
         def copy():
             _ok(driver.cuMemcpyDtoDAsync(int(b.handle), int(a.handle), nbytes, g.stream.handle))
+
         t = statistics.median(event_times_us(copy, warmup=3, reps=10, per_graph=2))
         return 2 * nbytes / (t * 1e-6) / 1e9
     finally:

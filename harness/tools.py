@@ -1,4 +1,5 @@
 """Locating the project's built executables (made by `make setup`: build/kdtr/...)."""
+
 from __future__ import annotations
 
 import json

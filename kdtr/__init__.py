@@ -1,5 +1,6 @@
 """KDTR v1: the binary tensor container shared by the Python harness and the C++ engine (FORMAT.md)."""
+
 from .errors import Code, KdtrError
 from .format import DTYPES, KdtrFile, TensorInfo, dtype_code, dumps, load, loads, save
 
-__all__ = ["Code", "KdtrError", "DTYPES", "KdtrFile", "TensorInfo", "dtype_code", "dumps", "load", "loads", "save"]
+__all__ = ["DTYPES", "Code", "KdtrError", "KdtrFile", "TensorInfo", "dtype_code", "dumps", "load", "loads", "save"]

@@ -1,4 +1,5 @@
 """The JSON description of a KDTR file, as `kdtr-inspect` prints it; used to compare the two readers."""
+
 from __future__ import annotations
 
 import zlib
@@ -13,12 +14,23 @@ def describe(buf, *, verify: bool = True) -> dict:
     except KdtrError as e:
         return {"ok": False, "code": e.code.tag}
     mv = memoryview(buf)
-    return {"ok": True, "align_log2": f.align_log2,
-            "tensors": [{"name": t.name, "dtype": DTYPES[t.dtype_code][0], "shape": list(t.shape), "offset": t.offset,
-                         "nbytes": t.nbytes, "crc32": t.crc32,
-                         "data_crc32": zlib.crc32(mv[t.offset:t.offset + t.nbytes]) if t.nbytes else 0}
-                        for t in f.infos.values()],
-            "metadata": dict(f.metadata)}
+    return {
+        "ok": True,
+        "align_log2": f.align_log2,
+        "tensors": [
+            {
+                "name": t.name,
+                "dtype": DTYPES[t.dtype_code][0],
+                "shape": list(t.shape),
+                "offset": t.offset,
+                "nbytes": t.nbytes,
+                "crc32": t.crc32,
+                "data_crc32": zlib.crc32(mv[t.offset : t.offset + t.nbytes]) if t.nbytes else 0,
+            }
+            for t in f.infos.values()
+        ],
+        "metadata": dict(f.metadata),
+    }
 
 
 def comparable(d: dict) -> dict:

@@ -1,4 +1,5 @@
 """KDTR error codes (FORMAT.md §3). The codes are stable: the C++ reader uses the same numbers."""
+
 from __future__ import annotations
 
 import enum

@@ -5,14 +5,16 @@ reader in kdtr/include/kdtr.hpp, so that both reject a given file with the same 
 arithmetic is done on Python ints compared against 2**64 and 2**48 explicitly, mirroring the C++
 checked u64 arithmetic. Tensor payloads are returned as read-only zero-copy numpy views.
 """
+
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import os
 import struct
 import zlib
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -32,13 +34,14 @@ MAX_TENSORS = 262_144
 MAX_META = 65_536
 MAX_VALUE = 16 << 20
 MAX_INDEX = 64 << 20
-MAX_BYTES = 1 << 48          # file size, tensor size and every partial size product
+MAX_BYTES = 1 << 48  # file size, tensor size and every partial size product
 U64 = 1 << 64
 DEFAULT_ALIGN_LOG2 = 6
 
 # dtype code -> (name, itemsize, numpy dtype or None when ml_dtypes is missing)
 try:
     import ml_dtypes as _mld
+
     _BF16, _E4M3, _E5M2 = np.dtype(_mld.bfloat16), np.dtype(_mld.float8_e4m3fn), np.dtype(_mld.float8_e5m2)
 except ImportError:  # pragma: no cover - ml_dtypes is a declared dependency
     _BF16 = _E4M3 = _E5M2 = None
@@ -77,7 +80,7 @@ def dtype_code(dt: np.dtype) -> int:
 
 
 def numpy_dtype(code: int) -> np.dtype:
-    name, size, npdt = DTYPES[code]
+    _name, size, npdt = DTYPES[code]
     return npdt if npdt is not None else _RAW[size]
 
 
@@ -90,8 +93,12 @@ def valid_name(b: bytes) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- writer
-def dumps(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None, *,
-          align_log2: int = DEFAULT_ALIGN_LOG2) -> bytes:
+def dumps(
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    align_log2: int = DEFAULT_ALIGN_LOG2,
+) -> bytes:
     """Canonical KDTR bytes: data in name order, every pad and reserved byte zero, no timestamps.
 
     The same arrays and metadata always give the same bytes, whatever the insertion order.
@@ -143,15 +150,22 @@ def dumps(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None 
         idx += struct.pack("<HHB3xI4xQQ8Q32x", len(nb), code, len(shape), crc, offset, nbytes, *dims)
     idx += meta_entries + heap
     out += idx
-    hdr = struct.pack("<8sHHIIIB7xQQI8x", MAGIC, 1, 0, ENDIAN_TAG, 0, 0, align_log2,
-                      index_offset, len(idx), zlib.crc32(idx))
+    hdr = struct.pack(
+        "<8sHHIIIB7xQQI8x", MAGIC, 1, 0, ENDIAN_TAG, 0, 0, align_log2, index_offset, len(idx), zlib.crc32(idx)
+    )
     hdr += struct.pack("<I", zlib.crc32(hdr))
     out[:HEADER_SIZE] = hdr
     return bytes(out)
 
 
-def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
-         *, align_log2: int = DEFAULT_ALIGN_LOG2, _before_publish=None) -> None:
+def save(
+    path: str | os.PathLike,
+    tensors: Mapping[str, np.ndarray],
+    metadata: Mapping[str, str] | None = None,
+    *,
+    align_log2: int = DEFAULT_ALIGN_LOG2,
+    _before_publish=None,
+) -> None:
     """Publish atomically: temp file in the same folder, fsync, rename, fsync the folder.
 
     A crash at any point leaves the old file or the new one at `path`, never a torn one; an existing
@@ -162,6 +176,7 @@ def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: M
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=".kdtr-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -172,10 +187,8 @@ def save(path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: M
             _before_publish(tmp)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     dfd = os.open(folder, os.O_RDONLY)
     try:
@@ -227,9 +240,16 @@ class KdtrFile:
         return {n: self[n] for n in self.infos}
 
 
-def _u16(b, o): return int.from_bytes(b[o:o + 2], "little")
-def _u32(b, o): return int.from_bytes(b[o:o + 4], "little")
-def _u64(b, o): return int.from_bytes(b[o:o + 8], "little")
+def _u16(b, o):
+    return int.from_bytes(b[o : o + 2], "little")
+
+
+def _u32(b, o):
+    return int.from_bytes(b[o : o + 4], "little")
+
+
+def _u64(b, o):
+    return int.from_bytes(b[o : o + 8], "little")
 
 
 # (what, code for bad bytes, code for a repeat): checks 16-18 for tensor names, 25 for metadata keys
@@ -245,9 +265,11 @@ def _take_name(idx: bytes, heap0: int, pos: int, S: int, length: int, prev: byte
         raise KdtrError(Code.LIMIT_EXCEEDED, f"{what}_len {length} outside 1..256", entry=entry)
     if pos + length > S:
         raise KdtrError(Code.INDEX_LAYOUT, f"{what} runs past the string heap", entry=entry)
-    nb = idx[heap0 + pos: heap0 + pos + length]
+    nb = idx[heap0 + pos : heap0 + pos + length]
     if not valid_name(nb):
-        raise KdtrError(bad, f"{what} has bytes outside 0x21..0x7E", entry=entry, name=nb.decode("ascii", "backslashreplace"))
+        raise KdtrError(
+            bad, f"{what} has bytes outside 0x21..0x7E", entry=entry, name=nb.decode("ascii", "backslashreplace")
+        )
     if prev is not None and nb == prev:
         raise KdtrError(dup, f"{what} repeats the previous entry", entry=entry, name=nb.decode("ascii"))
     if prev is not None and nb < prev:
@@ -302,7 +324,7 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     if index_offset + index_size >= U64 or index_offset + index_size != fsize:
         raise KdtrError(Code.FILE_SIZE_MISMATCH, f"index ends at {index_offset + index_size}, file is {fsize} bytes")
     # 12: private copy of the index, validated from here on (no double fetch from the mapping)
-    idx = bytes(view[index_offset:index_offset + index_size])
+    idx = bytes(view[index_offset : index_offset + index_size])
     if zlib.crc32(idx) != _u32(h, 48):
         raise KdtrError(Code.INDEX_CRC, f"index CRC 0x{_u32(h, 48):08x} != computed 0x{zlib.crc32(idx):08x}")
     # 13-15
@@ -322,7 +344,7 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     prev = None
     # 16-24 per tensor entry
     for i in range(T):
-        e = idx[INDEX_HEADER_SIZE + ENTRY_SIZE * i: INDEX_HEADER_SIZE + ENTRY_SIZE * (i + 1)]
+        e = idx[INDEX_HEADER_SIZE + ENTRY_SIZE * i : INDEX_HEADER_SIZE + ENTRY_SIZE * (i + 1)]
         nb, pos = _take_name(idx, heap0, pos, S, _u16(e, 0), prev, i, _TENSOR_NAME)
         prev = nb
         name = nb.decode("ascii")
@@ -354,7 +376,9 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
         if (nbytes == 0 and offset != 0) or (nbytes != 0 and (offset % A or offset < A)):
             raise KdtrError(Code.BAD_OFFSET, f"offset {offset} (nbytes {nbytes}, A={A})", entry=i, name=name)
         if offset + nbytes > index_offset:
-            raise KdtrError(Code.OUT_OF_BOUNDS, f"data [{offset}, {offset + nbytes}) runs into the index", entry=i, name=name)
+            raise KdtrError(
+                Code.OUT_OF_BOUNDS, f"data [{offset}, {offset + nbytes}) runs into the index", entry=i, name=name
+            )
         infos[name] = TensorInfo(name, code, tuple(dims[:rank]), offset, nbytes, _u32(e, 8))
     # 25-26 metadata entries
     metadata: dict[str, str] = {}
@@ -369,7 +393,7 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
             raise KdtrError(Code.LIMIT_EXCEEDED, f"value_len {vlen} > 16 MiB", entry=j, name=key)
         if pos + vlen > S:
             raise KdtrError(Code.INDEX_LAYOUT, "value runs past the string heap", entry=j, name=key)
-        vb = idx[heap0 + pos: heap0 + pos + vlen]
+        vb = idx[heap0 + pos : heap0 + pos + vlen]
         pos += vlen
         if not _strict_utf8(vb):
             raise KdtrError(Code.BAD_UTF8, "value is not strict UTF-8 without NUL", entry=j, name=key)
@@ -393,12 +417,12 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
         raise KdtrError(Code.NONZERO_PADDING, "bytes between the header and the first alignment are not zero")
     for inf in order:
         end = inf.offset + inf.nbytes
-        if any(view[end:align_up(end, A)]):
+        if any(view[end : align_up(end, A)]):
             raise KdtrError(Code.NONZERO_PADDING, "pad after the data is not zero", name=inf.name)
     # 30-31
     if verify_data:
         for inf in infos.values():
-            crc = zlib.crc32(view[inf.offset:inf.offset + inf.nbytes]) if inf.nbytes else 0
+            crc = zlib.crc32(view[inf.offset : inf.offset + inf.nbytes]) if inf.nbytes else 0
             if crc != inf.crc32:
                 raise KdtrError(Code.DATA_CRC, f"data CRC 0x{inf.crc32:08x} != computed 0x{crc:08x}", name=inf.name)
     if check_bool:
@@ -410,8 +434,9 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     return KdtrFile(buf, infos, metadata, align_log2)
 
 
-def load(path: str | os.PathLike, *, verify_data: bool = True, check_bool: bool = True,
-         max_index_size: int = MAX_INDEX) -> KdtrFile:
+def load(
+    path: str | os.PathLike, *, verify_data: bool = True, check_bool: bool = True, max_index_size: int = MAX_INDEX
+) -> KdtrFile:
     """mmap `path` read-only and validate it; the returned views keep the mapping alive."""
     try:
         with open(path, "rb") as f:

@@ -3,6 +3,7 @@
 `patch` overwrites a little-endian field; `fix_crcs` recomputes the header, index and (optionally)
 data CRCs, so a mutation reaches the structural checks instead of stopping at a CRC.
 """
+
 from __future__ import annotations
 
 import struct
@@ -12,7 +13,7 @@ from .format import ENTRY_SIZE, HEADER_SIZE, INDEX_HEADER_SIZE
 
 
 def patch(buf: bytearray, offset: int, value: int, size: int) -> bytearray:
-    buf[offset:offset + size] = value.to_bytes(size, "little", signed=value < 0)
+    buf[offset : offset + size] = value.to_bytes(size, "little", signed=value < 0)
     return buf
 
 
@@ -33,12 +34,12 @@ def fix_crcs(buf: bytearray, *, data: bool = True) -> bytearray:
             e = io + INDEX_HEADER_SIZE + ENTRY_SIZE * i
             off, nb = struct.unpack_from("<QQ", buf, e + 16)
             if off + nb <= len(buf):
-                struct.pack_into("<I", buf, e + 8, zlib.crc32(bytes(buf[off:off + nb])))
+                struct.pack_into("<I", buf, e + 8, zlib.crc32(bytes(buf[off : off + nb])))
     if io + isz <= len(buf):
-        struct.pack_into("<I", buf, 48, zlib.crc32(bytes(buf[io:io + isz])))
+        struct.pack_into("<I", buf, 48, zlib.crc32(bytes(buf[io : io + isz])))
     return fix_header_crc(buf)
 
 
 def fix_header_crc(buf: bytearray) -> bytearray:
-    struct.pack_into("<I", buf, 60, zlib.crc32(bytes(buf[:HEADER_SIZE - 4])))
+    struct.pack_into("<I", buf, 60, zlib.crc32(bytes(buf[: HEADER_SIZE - 4])))
     return buf

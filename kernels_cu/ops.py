@@ -6,6 +6,7 @@ came in: numpy in, numpy out; CUDA arrays (cupy, torch: anything with __cuda_arr
 tensor on a GPU) in, arrays of the same library on the same device out. The commit of tree_accept writes
 the cache in place on the device; a numpy cache is copied over and back.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +58,9 @@ def _c_strides(shape, itemsize):
 
 
 def _is_device(x) -> bool:
-    return (hasattr(x, "__cuda_array_interface__") or
-            (type(x).__module__.split(".")[0] == "torch" and getattr(getattr(x, "device", None), "type", "") == "cuda"))
+    return hasattr(x, "__cuda_array_interface__") or (
+        type(x).__module__.split(".")[0] == "torch" and getattr(getattr(x, "device", None), "type", "") == "cuda"
+    )
 
 
 class Staging:
@@ -85,12 +87,18 @@ class Staging:
         n = int(np.prod(shape)) * dtype.itemsize
         if self.lib == "torch":
             import torch
-            tdt = {np.dtype(np.int32): torch.int32, np.dtype(np.float64): torch.float64, np.dtype(np.uint32): torch.int32,
-                   np.dtype(np.uint8): torch.bool}[dtype]
+
+            tdt = {
+                np.dtype(np.int32): torch.int32,
+                np.dtype(np.float64): torch.float64,
+                np.dtype(np.uint32): torch.int32,
+                np.dtype(np.uint8): torch.bool,
+            }[dtype]
             t = torch.empty(shape, dtype=tdt, device=self.like.device)
             return t, t.data_ptr()
         if self.lib == "cupy":
             import cupy
+
             a = cupy.empty(shape, dtype=dtype)
             return a, a.data.ptr
         buf = self._alloc(max(n, 1))
@@ -101,7 +109,9 @@ class Staging:
         if isinstance(out, tuple):
             host, buf = out
             if host.nbytes:
-                _check(_driver().cuMemcpyDtoHAsync(host.ctypes.data, int(buf.handle), host.nbytes, self.g.stream.handle))
+                _check(
+                    _driver().cuMemcpyDtoHAsync(host.ctypes.data, int(buf.handle), host.nbytes, self.g.stream.handle)
+                )
                 self.g.stream.sync()
             return host
         return out
@@ -127,6 +137,7 @@ class Staging:
 
 def _driver():
     from cuda.bindings import driver
+
     return driver
 
 
@@ -151,6 +162,7 @@ def _args(**named):
 
 def _launch(slug, grid, shmem, *args):
     from cuda.core import LaunchConfig, launch
+
     kernel = runtime.load(slug, shmem)
     g = runtime.gpu()
     launch(g.stream, LaunchConfig(grid=grid, block=BLOCK, shmem_size=shmem), kernel, *args)
@@ -222,11 +234,10 @@ def prepare_tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None)
 
     def collect():
         res = {f: st.result(outs[f][0]) for f in Tree.FIELDS}
-        if lib is None:
-            res["full_mask"] = res["full_mask"].view(bool)
-        elif lib == "cupy":
+        if lib is None or lib == "cupy":
             res["full_mask"] = res["full_mask"].view(bool)
         return Tree(**res)
+
     return Prepared(st, lambda: _launch("tree_build", bs, smem, *args), collect)
 
 
@@ -237,42 +248,70 @@ def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None) -> Tree
 
 
 # ------------------------------------------------------------------------------------------- tree_accept
-def prepare_tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None,
-                        block_table=None, prefix_lens=None) -> Prepared:
-    lib, like, host, dev = _args(tokens=tokens, first_child=first_child, next_sibling=next_sibling,
-                                 target_tokens=target_tokens, kv_cache=kv_cache, block_table=block_table,
-                                 prefix_lens=prefix_lens)
+def prepare_tree_accept(
+    tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None, prefix_lens=None
+) -> Prepared:
+    lib, like, host, dev = _args(
+        tokens=tokens,
+        first_child=first_child,
+        next_sibling=next_sibling,
+        target_tokens=target_tokens,
+        kv_cache=kv_cache,
+        block_table=block_table,
+        prefix_lens=prefix_lens,
+    )
     h = {k: (x.host() if isinstance(x, DeviceArray) and k != "kv_cache" else x) for k, x in host.items()}
     kv = host["kv_cache"]
     if isinstance(kv, DeviceArray):
         if kv.dtype not in (np.dtype(np.float32), BF16):
             v.fail("kv_cache", f"dtype {kv.dtype}, expected float32 or bfloat16")
-        bs, D, L = ref_accept.validate_inputs(h["tokens"], h["first_child"], h["next_sibling"], h["target_tokens"],
-                                              max_depth, None, None, None)
+        bs, D, L = ref_accept.validate_inputs(
+            h["tokens"], h["first_child"], h["next_sibling"], h["target_tokens"], max_depth, None, None, None
+        )
         if len(kv.shape) != 3:
             v.fail("kv_cache", f"shape {kv.shape} has {len(kv.shape)} dims, expected 3")
         if h["block_table"] is None or h["prefix_lens"] is None:
             v.fail("kv_cache", "the commit needs kv_cache, block_table and prefix_lens together")
         ref_accept.validate_commit(kv.shape, True, h["block_table"], h["prefix_lens"], bs, D)
         if kv.ptr % 16:
-            v.fail("kv_cache", f"device pointer 0x{kv.ptr:x} is not 16-byte aligned (the commit copies 16-byte vectors)")
+            v.fail(
+                "kv_cache", f"device pointer 0x{kv.ptr:x} is not 16-byte aligned (the commit copies 16-byte vectors)"
+            )
     else:
-        bs, D, L = ref_accept.validate_inputs(h["tokens"], h["first_child"], h["next_sibling"], h["target_tokens"],
-                                              max_depth, kv, h["block_table"], h["prefix_lens"])
+        bs, D, L = ref_accept.validate_inputs(
+            h["tokens"],
+            h["first_child"],
+            h["next_sibling"],
+            h["target_tokens"],
+            max_depth,
+            kv,
+            h["block_table"],
+            h["prefix_lens"],
+        )
     st = Staging(lib, like)
     try:
         st.sync_before()
         ins = [st.input(dev[k]) for k in ("tokens", "first_child", "next_sibling", "target_tokens")]
-        outs = {"accept_len": st.output((bs,), np.int32), "accept_path": st.output((bs, 1 + L), np.int32),
-                "emitted": st.output((bs, 1 + L), np.int32), "bonus": st.output((bs,), np.int32),
-                "new_lens": st.output((bs,), np.int32)}
+        outs = {
+            "accept_len": st.output((bs,), np.int32),
+            "accept_path": st.output((bs, 1 + L), np.int32),
+            "emitted": st.output((bs, 1 + L), np.int32),
+            "bonus": st.output((bs,), np.int32),
+            "new_lens": st.output((bs,), np.int32),
+        }
         if kv is None:
             commit = (0, np.int32(0), np.int32(1), 0, np.int32(0), 0)
         else:
             kv_ptr = st.input(kv)
             row_vec = v.HEAD_DIM * kv.dtype.itemsize // 16
-            commit = (kv_ptr, np.int32(row_vec), np.int32(kv.shape[1]), st.input(dev["block_table"]),
-                      np.int32(h["block_table"].shape[1]), st.input(dev["prefix_lens"]))
+            commit = (
+                kv_ptr,
+                np.int32(row_vec),
+                np.int32(kv.shape[1]),
+                st.input(dev["block_table"]),
+                np.int32(h["block_table"].shape[1]),
+                st.input(dev["prefix_lens"]),
+            )
     except BaseException:
         st.close()
         raise
@@ -284,12 +323,22 @@ def prepare_tree_accept(tokens, first_child, next_sibling, target_tokens, *, max
             _check(_driver().cuMemcpyDtoHAsync(kv.ctypes.data, commit[0], kv.nbytes, st.g.stream.handle))
             st.g.stream.sync()
         return Accept(**res)
+
     return Prepared(st, lambda: _launch("tree_accept", bs, (6 * D + 33) * 4, *args), collect)
 
 
-def tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None,
-                prefix_lens=None) -> Accept:
-    p = prepare_tree_accept(tokens, first_child, next_sibling, target_tokens, max_depth=max_depth, kv_cache=kv_cache,
-                            block_table=block_table, prefix_lens=prefix_lens)
+def tree_accept(
+    tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None, prefix_lens=None
+) -> Accept:
+    p = prepare_tree_accept(
+        tokens,
+        first_child,
+        next_sibling,
+        target_tokens,
+        max_depth=max_depth,
+        kv_cache=kv_cache,
+        block_table=block_table,
+        prefix_lens=prefix_lens,
+    )
     p.launch()
     return p.finish()

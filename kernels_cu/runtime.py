@@ -11,6 +11,7 @@
   Only call it after harness.device.probe() succeeded: cuda.core's driver APIs hang after a failed
   get_kernel() when no driver is present.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +31,9 @@ ENTRY = {"tree_build": "tree_build_kernel", "tree_accept": "tree_accept_kernel"}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _FUNC = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_USED = re.compile(r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes cumulative stack size)?(?:, (\d+) bytes smem)?")
+_USED = re.compile(
+    r"Used (\d+) registers(?:, used \d+ barriers)?(?:, (\d+) bytes cumulative stack size)?(?:, (\d+) bytes smem)?"
+)
 
 
 class CompileError(RuntimeError):
@@ -55,6 +58,7 @@ def source_with_headers(slug: str) -> tuple[str, dict[str, str]]:
     src = path.read_text()
     if os.environ.get("KDTR_KERNEL_MUTANT"):  # meta tests only: a deliberately broken kernel
         from harness.kernel_mutants import apply
+
         src = apply(slug, src, os.environ["KDTR_KERNEL_MUTANT"])
     headers, todo = {}, _INCLUDE.findall(src)
     while todo:
@@ -68,11 +72,14 @@ def source_with_headers(slug: str) -> tuple[str, dict[str, str]]:
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
     import cuda.pathfinder as pf
+
     out = [str(HERE)]
     for name in ("cudart", "cccl"):
         loc = pf.locate_nvidia_header_directory(name)
         if loc is None:
-            raise CompileError(f"CUDA headers '{name}' not found (install the CUDA toolkit headers or nvidia-cuda-runtime)")
+            raise CompileError(
+                f"CUDA headers '{name}' not found (install the CUDA toolkit headers or nvidia-cuda-runtime)"
+            )
         out.append(loc.abs_path)
     return tuple(dict.fromkeys(out))
 
@@ -80,23 +87,37 @@ def include_dirs() -> tuple[str, ...]:
 def program_options(arch: str) -> dict:
     """The one place the NVRTC options are stated (the cache key hashes this dict).
     No fast math and no contraction: tree_build's float64 scores follow the reference's operation order."""
-    return {"arch": arch, "std": "c++17", "include_path": list(include_dirs()), "lineinfo": True,
-            "ptxas_options": ["-v"], "fma": False,
-            "no_cache": True}  # NVRTC >= 12.9 caches too, and a hit skips ptxas and its -v report
+    return {
+        "arch": arch,
+        "std": "c++17",
+        "include_path": list(include_dirs()),
+        "lineinfo": True,
+        "ptxas_options": ["-v"],
+        "fma": False,
+        "no_cache": True,
+    }  # NVRTC >= 12.9 caches too, and a hit skips ptxas and its -v report
 
 
 def cache_dir() -> pathlib.Path:
     root = os.environ.get("KDTR_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kdtree-conformance")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kdtree-conformance"
+    )
     return pathlib.Path(root) / f"v{SCHEMA}"
 
 
 def cache_key(slug: str, arch: str) -> str:
     from harness.device import nvrtc_version
+
     src, headers = source_with_headers(slug)
     h = hashlib.sha256()
-    for part in (str(SCHEMA), slug, nvrtc_version(), json.dumps(program_options(arch), sort_keys=True), src,
-                 *(f"{k}\0{v}" for k, v in sorted(headers.items()))):
+    for part in (
+        str(SCHEMA),
+        slug,
+        nvrtc_version(),
+        json.dumps(program_options(arch), sort_keys=True),
+        src,
+        *(f"{k}\0{v}" for k, v in sorted(headers.items())),
+    ):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -148,6 +169,7 @@ def _read_cache(key: str):
 
 def _nvrtc(slug: str, arch: str) -> tuple[bytes, str]:
     from cuda.core import Program, ProgramOptions
+
     src, _ = source_with_headers(slug)
     opts = ProgramOptions(**program_options(arch), name=f"{slug}.cu")
     log = io.StringIO()
@@ -174,8 +196,12 @@ def compile_kernel(slug: str, arch: str) -> Compiled:
         if use_cache:
             d = cache_dir()
             _atomic_write(d / f"{key}.cubin", cubin)
-            _atomic_write(d / f"{key}.json", json.dumps(
-                {"slug": slug, "arch": arch, "log": log, "cubin_sha256": hashlib.sha256(cubin).hexdigest()}).encode())
+            _atomic_write(
+                d / f"{key}.json",
+                json.dumps(
+                    {"slug": slug, "arch": arch, "log": log, "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
+                ).encode(),
+            )
     return Compiled(slug, arch, cubin, log, parse_resources(log), hit is not None)
 
 
@@ -189,11 +215,13 @@ class Gpu:
 @functools.cache
 def gpu() -> Gpu:
     from harness.device import probe
+
     p = probe()
     if not p.ok:
         raise RuntimeError(f"GPU unavailable: {p.reason}")
     from cuda.bindings import driver
     from cuda.core import Device
+
     # Make the primary context current first: cuda.core's Device() otherwise probes cuCtxGetDevice with no
     # context, which compute-sanitizer reports as an API error (CUDA_ERROR_INVALID_CONTEXT).
     err, cu_dev = driver.cuDeviceGet(0)
@@ -210,6 +238,7 @@ def gpu() -> Gpu:
 def _module(slug: str):
     """The loaded cubin of `slug` for the current GPU (kept alive for the kernel) and its kernel."""
     from cuda.core import ObjectCode
+
     obj = ObjectCode.from_cubin(compile_kernel(slug, gpu().arch).cubin)
     return obj, obj.get_kernel(ENTRY[slug])
 
@@ -222,6 +251,7 @@ def load(slug: str, dynamic_smem: int = 0):
     _, kernel = _module(slug)
     if dynamic_smem > max(48 * 1024, _smem_limit.get(slug, 0)):
         from cuda.bindings import driver
+
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         h = kernel.handle
         if isinstance(h, driver.CUkernel):

@@ -1,4 +1,5 @@
 """Meta tests of harness.compare (array-api-tests' meta_tests idea): the helpers themselves must be right."""
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -18,8 +19,10 @@ def test_ulp_distance_of_next_float_is_one(x):
     assert ulp_distance(a, b)[0] == 1
 
 
-@given(a=hnp.arrays(np.float32, 8, elements=st.floats(width=32, allow_nan=False)),
-       b=hnp.arrays(np.float32, 8, elements=st.floats(width=32, allow_nan=False)))
+@given(
+    a=hnp.arrays(np.float32, 8, elements=st.floats(width=32, allow_nan=False)),
+    b=hnp.arrays(np.float32, 8, elements=st.floats(width=32, allow_nan=False)),
+)
 def test_ulp_distance_symmetric_and_zero_iff_equal(a, b):
     d = ulp_distance(a, b)
     assert (d == ulp_distance(b, a)).all()
@@ -70,13 +73,23 @@ def test_message_names_output_clause_window_and_worst():
     with pytest.raises(AssertionError) as e:
         assert_close(b, a, max_ulp=1, what="out", spec_id="TV.4.1", context={"bs": 2})
     msg = str(e.value)
-    for s in ("'out'", "[TV.4.1]", "1 / 20", "first mismatch at (12,)", "worst: ulp=", "3fc00000", "^^^^^^^^", "bs=2", "repro"):
+    for s in (
+        "'out'",
+        "[TV.4.1]",
+        "1 / 20",
+        "first mismatch at (12,)",
+        "worst: ulp=",
+        "3fc00000",
+        "^^^^^^^^",
+        "bs=2",
+        "repro",
+    ):
         assert s in msg, (s, msg)
 
 
 def test_tolerance_must_be_explicit_and_both_or_neither():
     a = np.ones(3, np.float32)
-    with pytest.raises(ValueError, match="both|together"):
+    with pytest.raises(ValueError, match=r"both|together"):
         assert_close(a, a, rtol=1e-3, what="y")
     with pytest.raises(ValueError, match="exactly one"):
         assert_close(a, a, what="y")

@@ -1,4 +1,5 @@
 """Every deliberately broken kernel (harness/kernel_mutants.py) must fail the GPU conformance suite."""
+
 import os
 import pathlib
 import re
@@ -32,11 +33,36 @@ def test_mutant_patch_applies_and_compiles(name, monkeypatch):
 def test_kernel_mutant_is_killed(name, request, tmp_path):
     slug = kernel_mutants.MUTANTS[name][0]
     env = {**os.environ, "KDTR_KERNEL_MUTANT": name, "HYPOTHESIS_PROFILE": "ci", "KDTR_CACHE_DIR": str(tmp_path / "c")}
-    cmd = [sys.executable, "-m", "pytest", f"conformance/test_{slug}.py", "conformance/test_fixtures.py", "--impl", "cuda",
-           "--require-gpu", "-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "--report-dir", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"conformance/test_{slug}.py",
+        "conformance/test_fixtures.py",
+        "--impl",
+        "cuda",
+        "--require-gpu",
+        "-x",
+        "-q",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        str(tmp_path),
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
-    request.node.user_properties.append(("mutants", {name: {"killed": bool(killer) and out.returncode == 1,
-                                                            "by": killer.group(1) if killer else None,
-                                                            "description": f"CUDA {slug}"}}))
+    request.node.user_properties.append(
+        (
+            "mutants",
+            {
+                name: {
+                    "killed": bool(killer) and out.returncode == 1,
+                    "by": killer.group(1) if killer else None,
+                    "description": f"CUDA {slug}",
+                }
+            },
+        )
+    )
     assert out.returncode == 1 and killer, f"kernel mutant {name} survived (rc={out.returncode}):\n{out.stdout[-3000:]}"

@@ -1,4 +1,5 @@
 """One slug per op in every layer (the guard against README/tree drift)."""
+
 import pathlib
 
 import pytest
@@ -6,8 +7,12 @@ import pytest
 from harness.impls import OPS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-LAYERS = {"reference": "reference/{op}.py", "spec": "spec/{op}.md", "conformance": "conformance/test_{op}.py",
-          "perf": "perf/bench_{op}.py"}
+LAYERS = {
+    "reference": "reference/{op}.py",
+    "spec": "spec/{op}.md",
+    "conformance": "conformance/test_{op}.py",
+    "perf": "perf/bench_{op}.py",
+}
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -24,6 +29,7 @@ def test_kernel_source_exists(op):
 def test_kdtr_corpus_is_fresh():
     """The committed golden KDTR files are exactly what tools/gen_kdtr_corpus.py makes (make corpus)."""
     import importlib.util
+
     s = importlib.util.spec_from_file_location("gen", ROOT / "tools" / "gen_kdtr_corpus.py")
     gen = importlib.util.module_from_spec(s)
     s.loader.exec_module(gen)

@@ -4,6 +4,7 @@ Each mutant runs its op's conformance tests plus the golden fixtures against the
 subprocess with the `ci` hypothesis profile (derandomized, so the verdict is reproducible); the first
 failing test is recorded as the killer, and the report prints the kill count.
 """
+
 import os
 import pathlib
 import re
@@ -27,12 +28,33 @@ def test_mutant_is_killed(name, request, tmp_path):
     op, description, _ = MUTANTS[name]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTHONHASHSEED": "0"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    cmd = [sys.executable, "-m", "pytest", f"conformance/test_{op}.py", "conformance/test_fixtures.py", "--impl",
-           "reference", "-p", "harness.mutants", "--mutant", name, "-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-           "--report-dir", str(tmp_path), "-o", "addopts=--strict-markers --import-mode=importlib --benchmark-disable"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"conformance/test_{op}.py",
+        "conformance/test_fixtures.py",
+        "--impl",
+        "reference",
+        "-p",
+        "harness.mutants",
+        "--mutant",
+        name,
+        "-x",
+        "-q",
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        str(tmp_path),
+        "-o",
+        "addopts=--strict-markers --import-mode=importlib --benchmark-disable",
+    ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
     killed = out.returncode == 1 and killer is not None
-    request.node.user_properties.append(("mutants", {name: {"killed": killed, "by": killer.group(1) if killer else None,
-                                                            "description": description}}))
+    request.node.user_properties.append(
+        ("mutants", {name: {"killed": killed, "by": killer.group(1) if killer else None, "description": description}})
+    )
     assert killed, f"mutant {name} ({description}) survived: rc={out.returncode}\n{out.stdout[-3000:]}"

@@ -1,4 +1,5 @@
 """Meta tests of the clause registry: parsing, coverage (every clause tested or planned), strictness."""
+
 import pathlib
 import re
 import subprocess
@@ -32,30 +33,46 @@ def test_every_clause_has_a_test_or_is_planned(clause_id):
 
 
 def test_parse_accuracy_classes():
-    text = "### TB.1.1 A\nAccuracy: exact\n### TB.1.2 B\nAccuracy: ulp(2)\n### TB.1.3 C\nAccuracy: rel(1e-3, atol=1e-6)\nStatus: planned\n"
+    text = (
+        "### TB.1.1 A\nAccuracy: exact\n### TB.1.2 B\nAccuracy: ulp(2)\n"
+        "### TB.1.3 C\nAccuracy: rel(1e-3, atol=1e-6)\nStatus: planned\n"
+    )
     a, b, c = spec.parse(text, "x.md")
     assert a.tolerance() == {} and b.tolerance() == {"max_ulp": 2}
     assert c.tolerance() == {"rtol": 1e-3, "atol": 1e-6} and c.status == "planned"
 
 
-@pytest.mark.parametrize("text,err", [("### TB.1.1 A\nno accuracy\n", "no Accuracy"),
-                                      ("### TB.1.1 A\nAccuracy: roughly\n", "bad Accuracy"),
-                                      ("### TB.1.1 A\nAccuracy: exact\nStatus: someday\n", "unknown Status")])
+@pytest.mark.parametrize(
+    "text,err",
+    [
+        ("### TB.1.1 A\nno accuracy\n", "no Accuracy"),
+        ("### TB.1.1 A\nAccuracy: roughly\n", "bad Accuracy"),
+        ("### TB.1.1 A\nAccuracy: exact\nStatus: someday\n", "unknown Status"),
+    ],
+)
 def test_parse_rejects_malformed_clauses(text, err):
     with pytest.raises(spec.SpecError, match=err):
         spec.parse(text, "x.md")
 
 
-@pytest.mark.parametrize("body,msg", [
-    ('import pytest\n@pytest.mark.spec("NOPE.1.1")\ndef test_x(): pass\n', "unknown spec clause 'NOPE.1.1'"),
-    ("def test_x(): pass\n", "conformance test without @pytest.mark.spec"),
-])
+@pytest.mark.parametrize(
+    "body,msg",
+    [
+        ('import pytest\n@pytest.mark.spec("NOPE.1.1")\ndef test_x(): pass\n', "unknown spec clause 'NOPE.1.1'"),
+        ("def test_x(): pass\n", "conformance test without @pytest.mark.spec"),
+    ],
+)
 def test_collection_rejects_unknown_or_missing_clause(body, msg):
     probe = ROOT / "conformance" / f"test_zz_meta_probe_{uuid.uuid4().hex[:12]}.py"  # unique: tests run in parallel
     probe.write_text(body)
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", str(probe)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", str(probe)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         probe.unlink()
     assert out.returncode == 4, out.stdout + out.stderr

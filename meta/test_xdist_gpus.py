@@ -1,5 +1,6 @@
 """Issue 5's plumbing, checked without GPUs: each xdist worker gets one GPU id from the controller before
 CUDA initialises, and the conformance report merges every worker's results."""
+
 import json
 import os
 import pathlib
@@ -9,14 +10,14 @@ import uuid
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-PROBE = '''
+PROBE = """
 import os, pytest
 @pytest.mark.spec("KB.1.4")
 @pytest.mark.parametrize("i", range(8))
 def test_where(i, record_property):
     with open(os.environ["KDTR_PROBE_OUT"] + "/" + os.environ["PYTEST_XDIST_WORKER"], "w") as f:
         f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
-'''
+"""
 
 
 def _run(tmp_path, gpus, workers):
@@ -26,9 +27,26 @@ def _run(tmp_path, gpus, workers):
     env = {**os.environ, "KDTR_GPUS": gpus, "KDTR_PROBE_OUT": str(tmp_path / "out")}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     try:
-        r = subprocess.run([sys.executable, "-m", "pytest", str(probe), "-n", str(workers), "-q", "-p", "no:cacheprovider",
-                            "--report-dir", str(tmp_path / "rep")], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=300)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                str(probe),
+                "-n",
+                str(workers),
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--report-dir",
+                str(tmp_path / "rep"),
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         probe.unlink()
     assert r.returncode == 0, r.stdout + r.stderr

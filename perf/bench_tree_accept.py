@@ -1,9 +1,8 @@
 """tree_accept + commit: CUDA kernel time (events) for bs in {1, 64, 256}, B = 64, L = 15, bf16 latent cache
 (576 values a row, page 64, prefix 1024), with the walk going deep (planted matches). The commit moves
 accept_len rows of 1152 bytes per request; achieved GB/s is reported against the measured copy rate."""
-from __future__ import annotations
 
-import statistics
+from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
@@ -26,8 +25,11 @@ def inputs(bs, seed=0):
     tokens = rng.integers(0, 1000, (bs, D)).astype(np.int32)
     target = rng.integers(0, 1000, (bs, D)).astype(np.int32)
     for b in range(bs):
-        p = np.array([-1] + [max(0, i - 1 - int(rng.integers(0, 3))) if i <= L else int(rng.integers(0, i))
-                             for i in range(1, D)], np.int32)
+        p = np.array(
+            [-1]
+            + [max(0, i - 1 - int(rng.integers(0, 3))) if i <= L else int(rng.integers(0, i)) for i in range(1, D)],
+            np.int32,
+        )
         par[b] = p
         fc[b], ns[b] = hh.links_of(p, D)
         for u in range(D):  # plant the target at the first child, so walks go deep
@@ -42,11 +44,16 @@ def inputs(bs, seed=0):
 @pytest.mark.parametrize("bs", [1, 64, 256])
 def test_tree_accept_commit(benchmark, bs):
     from kernels_cu import ops
+
     tokens, fc, ns, target, depth, kv, bt, prefix = inputs(bs)
     benchmark.group = "tree_accept+commit B=64"
     want_kv = kv.copy()
-    want = ref.tree_accept(tokens, fc, ns, target, max_depth=depth, kv_cache=want_kv, block_table=bt, prefix_lens=prefix)
-    p = ops.prepare_tree_accept(tokens, fc, ns, target, max_depth=depth, kv_cache=kv, block_table=bt, prefix_lens=prefix)
+    want = ref.tree_accept(
+        tokens, fc, ns, target, max_depth=depth, kv_cache=want_kv, block_table=bt, prefix_lens=prefix
+    )
+    p = ops.prepare_tree_accept(
+        tokens, fc, ns, target, max_depth=depth, kv_cache=kv, block_table=bt, prefix_lens=prefix
+    )
     try:
         p.launch()  # the first launch is the one checked: the commit is not idempotent
         got = p.results()
@@ -58,6 +65,13 @@ def test_tree_accept_commit(benchmark, bs):
         p.finish()
     rows = int(want.accept_len.sum())
     nbytes = 2 * rows * 1152 + tokens.nbytes * 4
-    benchmark.extra_info.update({"bs": bs, "B": B, "mean_accept_len": float(want.accept_len.mean()), "device_us": dev,
-                                 "achieved_gbs": nbytes / (dev["median_us"] * 1e-6) / 1e9,
-                                 "copy_bandwidth_gbs": timing.copy_bandwidth_gbs()})
+    benchmark.extra_info.update(
+        {
+            "bs": bs,
+            "B": B,
+            "mean_accept_len": float(want.accept_len.mean()),
+            "device_us": dev,
+            "achieved_gbs": nbytes / (dev["median_us"] * 1e-6) / 1e9,
+            "copy_bandwidth_gbs": timing.copy_bandwidth_gbs(),
+        }
+    )

@@ -7,6 +7,7 @@ the drafter's top-k produced them), median of 50 after 5 warm-ups. The CPU time 
 reference building the same batch with every output layout. speedup = CPU median / kernel median.
 The wall time pytest-benchmark reports is launch + stream sync from Python (host overhead included).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -34,6 +35,7 @@ def inputs(bs, B, seed=0):
 @pytest.mark.parametrize("bs", [1, 4, 16, 64, 256])
 def test_tree_build_vs_python_heapq(benchmark, bs, B):
     from kernels_cu import ops
+
     args = inputs(bs, B)
     benchmark.group = f"tree_build B={B}"
     p = ops.prepare_tree_build(*args)
@@ -47,8 +49,16 @@ def test_tree_build_vs_python_heapq(benchmark, bs, B):
     for f in ("parents", "scores", "visibility"):  # refcheck: what was timed is right
         assert_bit_exact(getattr(got, f), getattr(want, f), what=f, spec_id="TB.2.3")
     nbytes = sum(np.asarray(getattr(got, f)).nbytes for f in ref.Tree.FIELDS) + sum(a.nbytes for a in args[:3])
-    benchmark.extra_info.update({
-        "bs": bs, "B": B, "L": L, "device_us": dev, "cpu_heapq_us_median": statistics.median(cpu),
-        "speedup_vs_heapq": statistics.median(cpu) / dev["median_us"],
-        "bytes_moved": nbytes, "achieved_gbs": nbytes / (dev["median_us"] * 1e-6) / 1e9,
-        "copy_bandwidth_gbs": timing.copy_bandwidth_gbs()})
+    benchmark.extra_info.update(
+        {
+            "bs": bs,
+            "B": B,
+            "L": L,
+            "device_us": dev,
+            "cpu_heapq_us_median": statistics.median(cpu),
+            "speedup_vs_heapq": statistics.median(cpu) / dev["median_us"],
+            "bytes_moved": nbytes,
+            "achieved_gbs": nbytes / (dev["median_us"] * 1e-6) / 1e9,
+            "copy_bandwidth_gbs": timing.copy_bandwidth_gbs(),
+        }
+    )

@@ -8,6 +8,7 @@
 - `non_absorbed_attention`: MLA with W_UK/W_UV expanded per head, in float64.
 - `chain_attention`: one query over an explicit ordered key list (the branch-decomposition oracle).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -39,12 +40,17 @@ def brute_force_tree(lp: np.ndarray, ids: np.ndarray, budget: int):
     index = {rho: i + 1 for i, rho in enumerate(chosen)}
     parents = [index.get(rho[:-1], 0) if len(rho) > 1 else 0 for rho in chosen]
     assert all(len(rho) == 1 or rho[:-1] in index for rho in chosen), "top-B set is not prefix-closed"
-    return (parents, [len(rho) for rho in chosen], [int(ids[len(rho) - 1, rho[-1]]) for rho in chosen],
-            [rho[-1] for rho in chosen], [score[rho] for rho in chosen])
+    return (
+        parents,
+        [len(rho) for rho in chosen],
+        [int(ids[len(rho) - 1, rho[-1]]) for rho in chosen],
+        [rho[-1] for rho in chosen],
+        [score[rho] for rho in chosen],
+    )
 
 
 def candidate_count(L: int, K: int) -> int:
-    return sum(K ** d for d in range(1, L + 1))
+    return sum(K**d for d in range(1, L + 1))
 
 
 def ancestor_closure(parents: np.ndarray, n_nodes: int) -> np.ndarray:
@@ -84,8 +90,8 @@ def non_absorbed_attention(q_nope, q_pe, c_kv, k_pe, w_uk, w_uv, scale, visible_
     out = np.empty((H, w_uv.shape[2]))
     c, kp = c_kv[visible_rows].astype(np.float64), k_pe[visible_rows].astype(np.float64)
     for h in range(H):
-        k_nope = c @ w_uk[h].T.astype(np.float64)              # [n, 128]
-        val = c @ w_uv[h].astype(np.float64)                   # [n, 128]
+        k_nope = c @ w_uk[h].T.astype(np.float64)  # [n, 128]
+        val = c @ w_uv[h].astype(np.float64)  # [n, 128]
         s = (k_nope @ q_nope[h].astype(np.float64) + kp @ q_pe[h].astype(np.float64)) * scale
         p = np.exp(s - s.max())
         out[h] = (p / p.sum()) @ val

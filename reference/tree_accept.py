@@ -7,6 +7,7 @@ then the bonus token target_tokens[last]; both are -1 padded to 1 + max_depth.
 Commit: for j = 1..accept_len, latent row prefix_len + j <- row prefix_len + path[j], in place and in
 increasing j (which equals a gather, since path[j] >= j); other rows untouched.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,11 +20,11 @@ from .tree_verify import BF16, cache_rows
 
 @dataclasses.dataclass
 class Accept:
-    accept_len: np.ndarray    # int32 [bs]
-    accept_path: np.ndarray   # int32 [bs, 1 + max_depth]
-    emitted: np.ndarray       # int32 [bs, 1 + max_depth]
-    bonus: np.ndarray         # int32 [bs]
-    new_lens: np.ndarray      # int32 [bs] = prefix_len + 1 + accept_len
+    accept_len: np.ndarray  # int32 [bs]
+    accept_path: np.ndarray  # int32 [bs, 1 + max_depth]
+    emitted: np.ndarray  # int32 [bs, 1 + max_depth]
+    bonus: np.ndarray  # int32 [bs]
+    new_lens: np.ndarray  # int32 [bs] = prefix_len + 1 + accept_len
 
     FIELDS = ("accept_len", "accept_path", "emitted", "bonus", "new_lens")
 
@@ -48,8 +49,9 @@ def validate_inputs(tokens, first_child, next_sibling, target_tokens, max_depth,
         if kv_cache is None or block_table is None or prefix_lens is None:
             v.fail("kv_cache", "the commit needs kv_cache, block_table and prefix_lens together")
         v.array("kv_cache", kv_cache, (np.float32, BF16), 3)
-        validate_commit(kv_cache.shape, kv_cache.flags.writeable and kv_cache.flags.c_contiguous, block_table,
-                        prefix_lens, bs, D)
+        validate_commit(
+            kv_cache.shape, kv_cache.flags.writeable and kv_cache.flags.c_contiguous, block_table, prefix_lens, bs, D
+        )
     return bs, D, L
 
 
@@ -93,7 +95,7 @@ def matching_child(tokens_b, first_child_b, next_sibling_b, u: int, want: int) -
 
 
 def walk(tokens, first_child, next_sibling, target_tokens, max_depth: int) -> Accept:
-    bs, D = tokens.shape
+    bs, _D = tokens.shape
     path = np.full((bs, 1 + max_depth), -1, np.int32)
     emitted = np.full((bs, 1 + max_depth), -1, np.int32)
     accept_len = np.zeros(bs, np.int32)
@@ -126,8 +128,17 @@ def commit(kv_cache, block_table, prefix_lens, accept: Accept) -> None:
             kv_cache[block_table[b, dst_pos // page_size], dst_pos % page_size] = src[0]
 
 
-def tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth: int,
-                kv_cache=None, block_table=None, prefix_lens=None) -> Accept:
+def tree_accept(
+    tokens,
+    first_child,
+    next_sibling,
+    target_tokens,
+    *,
+    max_depth: int,
+    kv_cache=None,
+    block_table=None,
+    prefix_lens=None,
+) -> Accept:
     validate_inputs(tokens, first_child, next_sibling, target_tokens, max_depth, kv_cache, block_table, prefix_lens)
     acc = walk(tokens, first_child, next_sibling, target_tokens, max_depth)
     if kv_cache is not None:

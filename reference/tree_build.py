@@ -7,6 +7,7 @@ ascending) B times; candidates whose score is -inf are never pushed. Node i of t
 pop (index 0 = root), so parents come before children and siblings appear in rank order.
 The layouts are derived from the parent array by `layouts()`, which the CUDA wrapper's tests reuse.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,20 +23,32 @@ NEG_INF = float("-inf")
 @dataclasses.dataclass
 class Tree:
     """Outputs of tree_build; every array is [bs, 1+B] except where noted."""
-    n_nodes: np.ndarray       # int32 [bs], including the root
-    parents: np.ndarray       # int32, root and pads -1
-    depths: np.ndarray        # int32, root and pads 0
-    tokens: np.ndarray        # int32, root = root token, pads = root token
-    ranks: np.ndarray         # int32, rank at the node's own depth; root and pads -1
-    scores: np.ndarray        # float64, root 0.0, pads -inf
-    visibility: np.ndarray    # uint32 [bs, 1+B, ceil((1+B)/32)], bit j of row i: j is i or an ancestor of i
-    positions: np.ndarray     # int32, prefix_len + depth
-    first_child: np.ndarray   # int32, -1 = none
-    next_sibling: np.ndarray  # int32, -1 = none; siblings in ascending index
-    full_mask: np.ndarray     # bool, flat: per request a row-major [1+B, prefix_len + 1+B] block, concatenated
 
-    FIELDS = ("n_nodes", "parents", "depths", "tokens", "ranks", "scores", "visibility", "positions",
-              "first_child", "next_sibling", "full_mask")
+    n_nodes: np.ndarray  # int32 [bs], including the root
+    parents: np.ndarray  # int32, root and pads -1
+    depths: np.ndarray  # int32, root and pads 0
+    tokens: np.ndarray  # int32, root = root token, pads = root token
+    ranks: np.ndarray  # int32, rank at the node's own depth; root and pads -1
+    scores: np.ndarray  # float64, root 0.0, pads -inf
+    visibility: np.ndarray  # uint32 [bs, 1+B, ceil((1+B)/32)], bit j of row i: j is i or an ancestor of i
+    positions: np.ndarray  # int32, prefix_len + depth
+    first_child: np.ndarray  # int32, -1 = none
+    next_sibling: np.ndarray  # int32, -1 = none; siblings in ascending index
+    full_mask: np.ndarray  # bool, flat: per request a row-major [1+B, prefix_len + 1+B] block, concatenated
+
+    FIELDS = (
+        "n_nodes",
+        "parents",
+        "depths",
+        "tokens",
+        "ranks",
+        "scores",
+        "visibility",
+        "positions",
+        "first_child",
+        "next_sibling",
+        "full_mask",
+    )
 
 
 def validate_inputs(top_logp, top_ids, root_tokens, budget, prefix_lens) -> tuple[int, int, int, int]:
@@ -180,10 +193,15 @@ def default_prefix_lens(root_tokens, prefix_lens):
     return prefix_lens
 
 
-def tree_build(top_logp: np.ndarray, top_ids: np.ndarray, root_tokens: np.ndarray, budget: int,
-               prefix_lens: np.ndarray | None = None) -> Tree:
+def tree_build(
+    top_logp: np.ndarray,
+    top_ids: np.ndarray,
+    root_tokens: np.ndarray,
+    budget: int,
+    prefix_lens: np.ndarray | None = None,
+) -> Tree:
     prefix_lens = default_prefix_lens(root_tokens, prefix_lens)
-    bs, L, K_in, B = validate_inputs(top_logp, top_ids, root_tokens, budget, prefix_lens)
+    bs, _L, _K_in, B = validate_inputs(top_logp, top_ids, root_tokens, budget, prefix_lens)
     D = 1 + B
     parents = np.full((bs, D), -1, np.int32)
     depths = np.zeros((bs, D), np.int32)
@@ -196,7 +214,7 @@ def tree_build(top_logp: np.ndarray, top_ids: np.ndarray, root_tokens: np.ndarra
         p, d, t, r, s = build_one(top_logp[b], top_ids[b], B)
         n = len(p)
         n_nodes[b] = 1 + n
-        parents[b, 1:1 + n], depths[b, 1:1 + n], tokens[b, 1:1 + n] = p, d, t
-        ranks[b, 1:1 + n], scores[b, 1:1 + n] = r, s
+        parents[b, 1 : 1 + n], depths[b, 1 : 1 + n], tokens[b, 1 : 1 + n] = p, d, t
+        ranks[b, 1 : 1 + n], scores[b, 1 : 1 + n] = r, s
     vis, positions, fc, ns, full = layouts(parents, depths, n_nodes, prefix_lens)
     return Tree(n_nodes, parents, depths, tokens, ranks, scores, vis, positions, fc, ns, full)

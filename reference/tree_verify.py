@@ -13,6 +13,7 @@ dtype), P·V accumulates in float32, and the output is rounded to the input dtyp
 is the oracle: the same maths in float64 with no rounding of P or of the output.
 Only visible rows are gathered, so invisible rows (NaN-poisoned or not) cannot touch an output bit.
 """
+
 from __future__ import annotations
 
 import ml_dtypes
@@ -80,8 +81,10 @@ def check_visibility(arg: str, visibility: np.ndarray, Q: int) -> None:
         expect[:, i] = True
         bad = (expect != bits[:, i]).any(axis=1)
         if bad.any():
-            v.fail(arg, f"request {int(np.argmax(bad))} row {i} is not its parent's row plus itself "
-                        f"(not an ancestor closure)")
+            v.fail(
+                arg,
+                f"request {int(np.argmax(bad))} row {i} is not its parent's row plus itself (not an ancestor closure)",
+            )
 
 
 def cache_rows(kv_cache, block_table, b: int, positions: np.ndarray) -> np.ndarray:
@@ -109,14 +112,14 @@ def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale
         P = int(prefix_lens[b])
         for i in range(Q):
             pos = np.concatenate([np.arange(P), P + np.flatnonzero(bits[b, i])])
-            k = cache_rows(kv_cache, block_table, b, pos).astype(wide)      # [n, 576]
-            s = (q[b, i].astype(wide) @ k.T) * scale                         # [H, n]
+            k = cache_rows(kv_cache, block_table, b, pos).astype(wide)  # [n, 576]
+            s = (q[b, i].astype(wide) @ k.T) * scale  # [H, n]
             m = s.max(axis=1, keepdims=True)
             e = np.exp(s - m)
             l = e.sum(axis=1, keepdims=True)
             p = e / l
             if precision == "production":
                 p = round_probabilities(p, q.dtype)
-            out[b, i] = (p @ k[:, :v.LATENT]).astype(out_dtype)
+            out[b, i] = (p @ k[:, : v.LATENT]).astype(out_dtype)
             lse[b, i] = (m + np.log(l))[:, 0]
     return out, lse

@@ -5,6 +5,7 @@ Every op checks its inputs here before any work (and before anything reaches the
 functions on host copies of small index arrays, so both implementations reject the same inputs with the
 same messages (spec clauses TB.1.*, TV.1.*, TA.1.*).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,10 +62,13 @@ def paged_rows(kv_shape: tuple, block_table: np.ndarray, prefix_lens: np.ndarray
     need = (prefix_lens.astype(np.int64) + rows + page_size - 1) // page_size
     if (need > block_table.shape[1]).any():
         b = int(np.argmax(need > block_table.shape[1]))
-        fail("block_table", f"request {b} needs {int(need[b])} pages for prefix {int(prefix_lens[b])} + {rows} rows, "
-                            f"the table has {block_table.shape[1]}")
+        fail(
+            "block_table",
+            f"request {b} needs {int(need[b])} pages for prefix {int(prefix_lens[b])} + {rows} rows, "
+            f"the table has {block_table.shape[1]}",
+        )
     for b in range(len(prefix_lens)):
-        used = block_table[b, :need[b]]
+        used = block_table[b, : need[b]]
         bad = (used < 0) | (used >= num_pages)
         if bad.any():
             j = int(np.argmax(bad))
@@ -81,11 +85,16 @@ def tree_links(arg_fc: str, first_child: np.ndarray, arg_ns: str, next_sibling: 
         bad = (a != -1) & ((a <= idx) | (a >= D))
         if bad.any():
             b, u = first_bad(bad)
-            fail(arg, f"[{b}, {u}] = {int(a[b, u])} must be -1 or an index in {u + 1}..{D - 1} "
-                      f"(cyclic or non-prefix tree)")
+            fail(
+                arg,
+                f"[{b}, {u}] = {int(a[b, u])} must be -1 or an index in {u + 1}..{D - 1} (cyclic or non-prefix tree)",
+            )
     for b in range(bs):
         links = np.concatenate([first_child[b][first_child[b] >= 0], next_sibling[b][next_sibling[b] >= 0]])
         counts = np.bincount(links, minlength=D)
         if (counts > 1).any():
-            fail(arg_fc, f"request {b}: node {int(np.argmax(counts > 1))} has more than one incoming link "
-                         f"(first_child/next_sibling do not form a tree)")
+            fail(
+                arg_fc,
+                f"request {b}: node {int(np.argmax(counts > 1))} has more than one incoming link "
+                f"(first_child/next_sibling do not form a tree)",
+            )

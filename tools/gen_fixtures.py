@@ -4,6 +4,7 @@ Each fixture holds `in.*` tensors (the op's inputs), `out.*` tensors (the refere
 (op, case, spec clause, description). MANIFEST.json records each file's sha256 and a hash of the sources
 that generate them; conformance/test_fixtures.py fails when either is stale (run `make fixtures`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,15 @@ from reference.tree_build import layouts, tree_build  # noqa: E402
 from reference.tree_verify import tree_verify  # noqa: E402
 
 OUT = ROOT / "fixtures"
-SOURCES = ["tools/gen_fixtures.py", "reference/tree_build.py", "reference/tree_accept.py", "reference/tree_verify.py",
-           "reference/validate.py", "harness/strategies.py", "kdtr/format.py"]
+SOURCES = [
+    "tools/gen_fixtures.py",
+    "reference/tree_build.py",
+    "reference/tree_accept.py",
+    "reference/tree_verify.py",
+    "reference/validate.py",
+    "harness/strategies.py",
+    "kdtr/format.py",
+]
 
 
 def source_hash() -> str:
@@ -34,8 +42,13 @@ def source_hash() -> str:
 
 
 def _tb(case, note, **inputs):
-    lp, ids, roots, B, prefix = inputs["top_logp"], inputs["top_ids"], inputs["root_tokens"], inputs["budget"], \
-        inputs["prefix_lens"]
+    lp, ids, roots, B, prefix = (
+        inputs["top_logp"],
+        inputs["top_ids"],
+        inputs["root_tokens"],
+        inputs["budget"],
+        inputs["prefix_lens"],
+    )
     t = tree_build(lp, ids, roots, B, prefix)
     tensors = {f"in.{k}": np.asarray(v) for k, v in inputs.items()}
     tensors["in.budget"] = np.array(B, np.int64)
@@ -49,25 +62,45 @@ def tree_build_cases():
     # next_sibling [-1,2,-1,-1,-1,-1,-1,-1] (asserted in conformance/test_fixtures.py as well).
     lp = np.array([[[-1, -1], [-1, -10], [-1, -10], [-1, -10]]], np.float32)
     ids = np.array([[[11, 12], [21, 22], [31, 32], [41, 42]]], np.int32)
-    yield _tb("sgl_golden_request0", "sgl-kernel build_tree golden, request 0, produced by DDTree ties",
-              top_logp=lp, top_ids=ids, root_tokens=np.array([7], np.int32), budget=7,
-              prefix_lens=np.array([5], np.int32))
+    yield _tb(
+        "sgl_golden_request0",
+        "sgl-kernel build_tree golden, request 0, produced by DDTree ties",
+        top_logp=lp,
+        top_ids=ids,
+        root_tokens=np.array([7], np.int32),
+        budget=7,
+        prefix_lens=np.array([5], np.int32),
+    )
     rng = np.random.default_rng(20261202)
     for case, (bs, L, K, B, style, inf) in {
-        "ties_bf16": (4, 4, 8, 16, "bf16", 0.0), "coarse_inf_tails": (4, 5, 6, 40, "coarse", 0.5),
-        "budget_zero": (2, 3, 3, 0, "bf16", 0.0), "budget_exceeds_candidates": (2, 2, 2, 20, "coarse", 0.0),
-        "wide_magnitudes": (3, 6, 8, 32, "wide", 0.0), "kimi_l15_b64": (8, 15, 64, 64, "bf16", 0.0),
+        "ties_bf16": (4, 4, 8, 16, "bf16", 0.0),
+        "coarse_inf_tails": (4, 5, 6, 40, "coarse", 0.5),
+        "budget_zero": (2, 3, 3, 0, "bf16", 0.0),
+        "budget_exceeds_candidates": (2, 2, 2, 20, "coarse", 0.0),
+        "wide_magnitudes": (3, 6, 8, 32, "wide", 0.0),
+        "kimi_l15_b64": (8, 15, 64, 64, "bf16", 0.0),
     }.items():
         lp = hh.logp_rows(rng, (bs, L, K), style, inf)
         ids = np.stack([np.stack([rng.choice(160_000, K, replace=False) for _ in range(L)]) for _ in range(bs)])
-        yield _tb(case, f"bs={bs} L={L} K_in={K} B={B} style={style} inf_frac={inf}", top_logp=lp,
-                  top_ids=ids.astype(np.int32), root_tokens=rng.integers(0, 160_000, bs).astype(np.int32), budget=B,
-                  prefix_lens=rng.choice([0, 1, 64, 65], bs).astype(np.int32))
+        yield _tb(
+            case,
+            f"bs={bs} L={L} K_in={K} B={B} style={style} inf_frac={inf}",
+            top_logp=lp,
+            top_ids=ids.astype(np.int32),
+            root_tokens=rng.integers(0, 160_000, bs).astype(np.int32),
+            budget=B,
+            prefix_lens=rng.choice([0, 1, 64, 65], bs).astype(np.int32),
+        )
 
 
 def _ta(case, note, tokens, first_child, next_sibling, target, max_depth, kv=None, bt=None, prefix=None):
-    tensors = {"in.tokens": tokens, "in.first_child": first_child, "in.next_sibling": next_sibling,
-               "in.target_tokens": target, "in.max_depth": np.array(max_depth, np.int64)}
+    tensors = {
+        "in.tokens": tokens,
+        "in.first_child": first_child,
+        "in.next_sibling": next_sibling,
+        "in.target_tokens": target,
+        "in.max_depth": np.array(max_depth, np.int64),
+    }
     commit = {}
     if kv is not None:
         tensors.update({"in.kv_cache": kv.copy(), "in.block_table": bt, "in.prefix_lens": prefix})
@@ -91,6 +124,7 @@ def tree_accept_cases():
     rng = np.random.default_rng(1202)
     for case, (dtype, page_size) in {"commit_fp32_page4": (np.float32, 4), "commit_bf16_page1": ("bf16", 1)}.items():
         import ml_dtypes
+
         dt = ml_dtypes.bfloat16 if dtype == "bf16" else dtype
         bs, D = 2, 8
         par = np.full((bs, D), -1, np.int32)
@@ -103,12 +137,23 @@ def tree_accept_cases():
         prefix = np.array([0, 9], np.int32)
         _, kv, bt = hh.build_paged_cache(rng, dt, prefix, D, page_size, 1)
         depth = max(int(hh.depths_of(par[b]).max()) for b in range(bs))
-        yield _ta(case, f"random trees over a 3-token vocabulary, {dtype} cache, page {page_size}", toks, fcs, nss,
-                  tgt, depth, kv, bt, prefix)
+        yield _ta(
+            case,
+            f"random trees over a 3-token vocabulary, {dtype} cache, page {page_size}",
+            toks,
+            fcs,
+            nss,
+            tgt,
+            depth,
+            kv,
+            bt,
+            prefix,
+        )
 
 
 def tree_verify_cases():
     import ml_dtypes
+
     for dtype in (np.float32, ml_dtypes.bfloat16):
         yield from _tv(np.dtype(dtype))
 
@@ -117,16 +162,29 @@ def _tv(dtype):
     rng = np.random.default_rng(5)
     par = np.array([[-1, 0, 0, 1, 3], [-1, 0, 1, 1, -1]], np.int32)
     n = np.array([5, 4], np.int32)
-    dep = np.stack([hh.depths_of(np.where(np.arange(5) < k, p, -1)[:k]).tolist() + [0] * (5 - k) for p, k in zip(par, n)])
+    dep = np.stack(
+        [hh.depths_of(np.where(np.arange(5) < k, p, -1)[:k]).tolist() + [0] * (5 - k) for p, k in zip(par, n)]
+    )
     prefix = np.array([20, 3], np.int32)
     vis = layouts(par, dep.astype(np.int32), n, prefix)[0]
     q, kv, bt = hh.build_paged_cache(rng, dtype, prefix, 5, 8, 2)
     out, lse = tree_verify(q, kv, bt, prefix, vis, 0.130861)
-    tensors = {"in.q": q, "in.kv_cache": kv, "in.block_table": bt, "in.prefix_lens": prefix, "in.visibility": vis,
-               "in.softmax_scale": np.array(0.130861), "out.out": out, "out.lse": lse}
+    tensors = {
+        "in.q": q,
+        "in.kv_cache": kv,
+        "in.block_table": bt,
+        "in.prefix_lens": prefix,
+        "in.visibility": vis,
+        "in.softmax_scale": np.array(0.130861),
+        "out.out": out,
+        "out.lse": lse,
+    }
     name = {"float32": "fp32", "bfloat16": "bf16"}[dtype.name] + "_h2_prefix20"
-    yield f"tree_verify/{name}.kdtr", tensors, {"op": "tree_verify", "case": name,
-                                                         "spec": "TV.3.4", "note": "H=2, page 8, NaN-poisoned spare rows"}
+    yield (
+        f"tree_verify/{name}.kdtr",
+        tensors,
+        {"op": "tree_verify", "case": name, "spec": "TV.3.4", "note": "H=2, page 8, NaN-poisoned spare rows"},
+    )
 
 
 def generate():

@@ -5,6 +5,7 @@ committed files differ from what this script makes (the corpus is stale).
 Each invalid file is a valid base file with one field changed and the CRCs fixed again where the
 targeted check comes after them, so that exactly the named check fires first.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -14,8 +15,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from kdtr import dumps  # noqa: E402
-from kdtr.testing import entry_offset, fix_crcs, fix_header_crc, index_offset, patch  # noqa: E402
+from kdtr import dumps
+from kdtr.testing import entry_offset, fix_crcs, fix_header_crc, index_offset, patch
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "kdtr" / "corpus"
 A = 64
@@ -23,8 +24,12 @@ A = 64
 
 def base() -> bytearray:
     """Tensors a (F32 2x3), b (BOOL 4), c (I32 0x2, empty), d (U8 70); metadata k1, k2."""
-    t = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 0, 1, 1], bool),
-         "c": np.zeros((0, 2), np.int32), "d": np.arange(70, dtype=np.uint8)}
+    t = {
+        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "b": np.array([1, 0, 1, 1], bool),
+        "c": np.zeros((0, 2), np.int32),
+        "d": np.arange(70, dtype=np.uint8),
+    }
     return bytearray(dumps(t, {"k1": "v1", "k2": "v\u00e4rde"}))
 
 
@@ -37,6 +42,7 @@ def heap(buf) -> int:
 def _entry(i, field, value, size):
     def f(b):
         return fix_crcs(patch(b, entry_offset(b, i) + field, value, size))
+
     return f
 
 
@@ -50,6 +56,7 @@ def _heap_byte(pos, value):
     def f(b):
         b[heap(b) + pos] = value
         return fix_crcs(b)
+
     return f
 
 
@@ -69,7 +76,9 @@ INVALID = {
     "E12_index_crc": lambda b: patch(b, heap(b), ord("z"), 1),
     "E13_index_magic": lambda b: fix_crcs(patch(b, index_offset(b) + 3, ord("Y"), 1)),
     "E14_too_many_tensors": lambda b: fix_crcs(patch(b, index_offset(b) + 4, 262_145, 4)),
-    "E15_heap_size": lambda b: fix_crcs(patch(b, index_offset(b) + 16, struct.unpack_from("<Q", b, index_offset(b) + 16)[0] + 1, 8)),
+    "E15_heap_size": lambda b: fix_crcs(
+        patch(b, index_offset(b) + 16, struct.unpack_from("<Q", b, index_offset(b) + 16)[0] + 1, 8)
+    ),
     "E16_bad_name": _heap_byte(0, 0x20),
     "E17_duplicate_name": _heap_byte(1, ord("a")),
     "E18_unsorted_names": _heap_byte(0, ord("e")),
@@ -85,7 +94,9 @@ INVALID = {
     "E28_bad_utf8": _heap_byte(7, 0xFF),
     "E29_overlap": lambda b: _entry(1, 16, struct.unpack_from("<Q", b, entry_offset(b, 0) + 16)[0], 8)(b),
     "E30_gap": _gap,
-    "E31_nonzero_padding": lambda b: fix_crcs(patch(b, struct.unpack_from("<Q", b, entry_offset(b, 0) + 16)[0] + 24, 1, 1)),
+    "E31_nonzero_padding": lambda b: fix_crcs(
+        patch(b, struct.unpack_from("<Q", b, entry_offset(b, 0) + 16)[0] + 24, 1, 1)
+    ),
     "E33_data_crc": lambda b: patch(b, struct.unpack_from("<Q", b, entry_offset(b, 0) + 16)[0], 0x55, 1),
     "E34_bad_bool": lambda b: fix_crcs(patch(b, struct.unpack_from("<Q", b, entry_offset(b, 1) + 16)[0], 2, 1)),
 }
@@ -93,16 +104,39 @@ INVALID = {
 
 def valid_files() -> dict[str, bytes]:
     import ml_dtypes
-    every = {f"t{code:02d}": np.arange(6).astype(dt).reshape(2, 3) for code, dt in enumerate(
-        [np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64, np.float16,
-         ml_dtypes.bfloat16, np.float32, np.float64, np.complex64, np.complex128, ml_dtypes.float8_e4m3fn,
-         ml_dtypes.float8_e5m2], start=1)}
+
+    every = {
+        f"t{code:02d}": np.arange(6).astype(dt).reshape(2, 3)
+        for code, dt in enumerate(
+            [
+                np.bool_,
+                np.uint8,
+                np.int8,
+                np.uint16,
+                np.int16,
+                np.uint32,
+                np.int32,
+                np.uint64,
+                np.int64,
+                np.float16,
+                ml_dtypes.bfloat16,
+                np.float32,
+                np.float64,
+                np.complex64,
+                np.complex128,
+                ml_dtypes.float8_e4m3fn,
+                ml_dtypes.float8_e5m2,
+            ],
+            start=1,
+        )
+    }
     return {
         "empty": dumps({}),
         "base": bytes(base()),
         "every_dtype": dumps(every, {"kdtr.note": "one tensor per dtype code"}),
-        "align4096_rank8": dumps({"x": np.ones((1, 2, 1, 2, 1, 2, 1, 2), np.float32), "zero": np.zeros((3, 0))},
-                                 align_log2=12),
+        "align4096_rank8": dumps(
+            {"x": np.ones((1, 2, 1, 2, 1, 2, 1, 2), np.float32), "zero": np.zeros((3, 0))}, align_log2=12
+        ),
     }
 
 
