@@ -2,7 +2,7 @@
 PYTEST = .venv/bin/python -m pytest
 JOBS ?= auto
 
-.PHONY: setup conformance test perf lint format corpus fixtures clean
+.PHONY: setup conformance test perf lint format corpus fixtures limits clean
 setup:
 	@tools/setup.sh
 
@@ -19,10 +19,11 @@ test: setup
 perf: setup
 	$(PYTEST) perf -p no:xdist --benchmark-enable --benchmark-json=reports/perf.json $(ARGS)
 
-# Lint and format check (ruff, configured in pyproject.toml); `make format` rewrites.
+# Lint, format check and type check (ruff and mypy, configured in pyproject.toml); `make format` rewrites.
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 format:
 	.venv/bin/ruff check --fix .
@@ -33,6 +34,10 @@ corpus:
 
 fixtures:
 	.venv/bin/python tools/gen_fixtures.py
+
+# The kernels' limits header, generated from contract/limits.py.
+limits:
+	.venv/bin/python tools/gen_limits_header.py
 
 clean:
 	rm -rf build .venv .pytest_cache .hypothesis

@@ -224,3 +224,26 @@ def assert_close(
     )
     if m is not None:
         raise AssertionError(m.format())
+
+
+def cosine_diff(actual, expected) -> float:
+    """1 − cosine similarity over the finite entries, in FlashMLA's form 1 − 2·(a·e)/(a·a + e·e): it also
+    grows when the magnitudes differ, not only the directions."""
+    a = np.asarray(actual, np.float64).ravel()
+    e = np.asarray(expected, np.float64).ravel()
+    ok = np.isfinite(a) & np.isfinite(e)
+    a, e = a[ok], e[ok]
+    denom = float(a @ a + e @ e)
+    return 0.0 if denom == 0.0 else 1.0 - 2.0 * float(a @ e) / denom
+
+
+def assert_cosine(actual, expected, *, what: str, spec_id: str, max_cos_diff: float | None = None) -> None:
+    """The cosine check of a `cos(D)` clause (D from the clause unless given)."""
+    __tracebackhide__ = True
+    if max_cos_diff is None:
+        from . import spec
+
+        max_cos_diff = spec.clause(spec_id).tolerance()["max_cos_diff"]
+    d = cosine_diff(actual, expected)
+    if not d <= max_cos_diff:
+        raise AssertionError(f"[{spec_id}] {what}: 1 - cosine similarity = {d:.3g} > {max_cos_diff:g}")

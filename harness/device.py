@@ -1,69 +1,16 @@
-"""GPU probe and environment facts, without touching cuda.core's driver-backed APIs.
-
-cuda.core 1.2 hangs in `Device()` after a failed `get_kernel()` when no driver is present, so the probe
-calls `cuInit` once through cuda.bindings inside a narrow except, and callers never use cuda.core's
-driver APIs when it failed (notes: toolchain §2.5).
-"""
+"""Environment facts for the harness: the GPU probe and NVRTC version (from kernels_cu.cuda_env, which
+never touches cuda.core's driver-backed APIs), driver and package versions, the git revision, GPU ids."""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import importlib.metadata
 import os
 import subprocess
 
+from kernels_cu.cuda_env import Probe, nvrtc_available, nvrtc_version, probe
 
-@dataclasses.dataclass(frozen=True)
-class Probe:
-    ok: bool
-    reason: str
-    name: str = ""
-    arch: str = ""  # "sm_90"
-    driver: str = ""  # driver API version, "13.0"
-    count: int = 0
-
-
-@functools.cache
-def probe() -> Probe:
-    try:
-        from cuda.bindings import driver
-    except ImportError as e:
-        return Probe(False, f"cuda-bindings not installed ({e})")
-    try:
-        (err,) = driver.cuInit(0)
-    except RuntimeError as e:  # no libcuda: RuntimeError or DynamicLibNotFoundError (a RuntimeError)
-        return Probe(False, f"no CUDA driver ({type(e).__name__}: {e})")
-    if err != driver.CUresult.CUDA_SUCCESS:
-        return Probe(False, f"cuInit failed: {err.name}")
-    err, n = driver.cuDeviceGetCount()
-    if err != driver.CUresult.CUDA_SUCCESS or n == 0:
-        return Probe(False, "no CUDA device visible")
-    _, dev = driver.cuDeviceGet(0)
-    _, raw = driver.cuDeviceGetName(256, dev)
-    A = driver.CUdevice_attribute
-    _, major = driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-    _, minor = driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-    _, ver = driver.cuDriverGetVersion()
-    name = raw.split(b"\0", 1)[0].decode()
-    return Probe(True, f"{n} device(s): {name}", name, f"sm_{major}{minor}", f"{ver // 1000}.{ver % 1000 // 10}", n)
-
-
-@functools.cache
-def nvrtc_version() -> str:
-    try:
-        from cuda.bindings import nvrtc
-
-        _err, major, minor = nvrtc.nvrtcVersion()
-        return f"{major}.{minor}"
-    except Exception as e:
-        return f"unavailable ({type(e).__name__})"
-
-
-def nvrtc_available() -> tuple[bool, str]:
-    v = nvrtc_version()
-    return (not v.startswith("unavailable"), v)
+__all__ = ["Probe", "nvrtc_available", "nvrtc_version", "probe"]
 
 
 def driver_version_string() -> str:
@@ -102,7 +49,16 @@ def package_versions() -> dict[str, str]:
 
 
 def git_revision(root: str) -> str:
+    """GIT_REVISION when set (a GPU runner's copy of the tree, or a tree copied inside another repository,
+    where `git` would answer for the wrong repository), else the checkout's short revision (+dirty)."""
+    if os.environ.get("GIT_REVISION"):
+        return os.environ["GIT_REVISION"]
     try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        if top and os.path.realpath(top) != os.path.realpath(root):
+            return "unknown (not a checkout of this project; set GIT_REVISION)"
         rev = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
@@ -117,7 +73,7 @@ def git_revision(root: str) -> str:
             return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.TimeoutExpired):
         pass
-    return os.environ.get("GIT_REVISION", "unknown")  # a copy without .git (a GPU runner's work tree)
+    return "unknown (no git checkout; set GIT_REVISION)"
 
 
 def visible_gpu_ids() -> list[str]:

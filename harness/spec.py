@@ -1,7 +1,8 @@
 """The clause registry: numbered clauses parsed from spec/*.md.
 
 A clause is a heading `### TB.3.2 Title`, followed within its section by an `Accuracy:` line
-(`exact`, `ulp(N)`, or `rel(R)` / `rel(R, atol=A)` against a float64 oracle) and optionally a
+(`exact`, `ulp(N)`, `rel(R)` / `rel(R, atol=A)` against a float64 oracle, or `cos(D)`: 1 − cosine
+similarity ≤ D against a float64 oracle) and optionally a
 `Status: planned` line. Conformance tests carry `@pytest.mark.spec("TB.3.2")`.
 """
 
@@ -14,7 +15,7 @@ import re
 
 SPEC_DIR = pathlib.Path(__file__).resolve().parent.parent / "spec"
 _HEAD = re.compile(r"^###\s+([A-Z]+(?:\.\d+)+)\s+(.+?)\s*$")
-_ACC = re.compile(r"^Accuracy:\s*(exact|ulp\((\d+)\)|rel\(([^,)]+)(?:,\s*atol=([^)]+))?\))\s*$")
+_ACC = re.compile(r"^Accuracy:\s*(exact|ulp\((\d+)\)|rel\(([^,)]+)(?:,\s*atol=([^)]+))?\)|cos\(([^)]+)\))\s*$")
 _STATUS = re.compile(r"^Status:\s*(\w+)")
 
 
@@ -33,6 +34,8 @@ class Clause:
             return {"max_ulp": int(m.group(2))}
         if m.group(3):
             return {"rtol": float(m.group(3)), "atol": float(m.group(4) or 0.0)}
+        if m.group(5):
+            return {"max_cos_diff": float(m.group(5))}
         return {}
 
 

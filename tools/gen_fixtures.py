@@ -1,7 +1,8 @@
 """Generate the golden fixtures fixtures/<op>/*.kdtr from the references, and fixtures/MANIFEST.json.
 
-Each fixture holds `in.*` tensors (the op's inputs), `out.*` tensors (the reference's outputs) and metadata
-(op, case, spec clause, description). MANIFEST.json records each file's sha256 and a hash of the sources
+Each fixture holds `in.*` tensors (the op's inputs by the contract's KDTR names, scalars rank-0), `out.*`
+tensors (the reference's outputs, and arguments written in place) and metadata (op, case, spec clause,
+generator, description). MANIFEST.json records each file's sha256 and a hash of the sources
 that generate them; conformance/test_fixtures.py fails when either is stale (run `make fixtures`).
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import contract  # noqa: E402
 import kdtr  # noqa: E402
 from harness import strategies as hh  # noqa: E402
 from reference.tree_accept import tree_accept  # noqa: E402
@@ -28,10 +30,15 @@ SOURCES = [
     "reference/tree_build.py",
     "reference/tree_accept.py",
     "reference/tree_verify.py",
-    "reference/validate.py",
+    "reference/numerics.py",
+    "contract/op.py",
+    "contract/tree_build.py",
+    "contract/tree_accept.py",
+    "contract/tree_verify.py",
     "harness/strategies.py",
     "kdtr/format.py",
 ]
+GENERATOR = "reference"  # the implementation whose outputs the fixtures hold
 
 
 def source_hash() -> str:
@@ -41,19 +48,19 @@ def source_hash() -> str:
     return h.hexdigest()
 
 
-def _tb(case, note, **inputs):
-    lp, ids, roots, B, prefix = (
-        inputs["top_logp"],
-        inputs["top_ids"],
-        inputs["root_tokens"],
-        inputs["budget"],
-        inputs["prefix_lens"],
-    )
-    t = tree_build(lp, ids, roots, B, prefix)
-    tensors = {f"in.{k}": np.asarray(v) for k, v in inputs.items()}
-    tensors["in.budget"] = np.array(B, np.int64)
-    tensors.update({f"out.{f}": getattr(t, f) for f in t.FIELDS})
-    return f"tree_build/{case}.kdtr", tensors, {"op": "tree_build", "case": case, "spec": "TB.4.3", "note": note}
+def _fixture(op: str, case: str, clause: str, note: str, args: dict, call) -> tuple:
+    """Run `call(**args)` and record the inputs as they were before it (the commit writes in place)."""
+    c = contract.OPS[op]
+    tensors = {f"in.{k}": v.copy() for k, v in c.kdtr_inputs(args).items()}
+    result = call(**args)
+    tensors.update({f"out.{k}": v for k, v in c.kdtr_outputs(result, args).items()})
+    meta = {"op": op, "case": case, "spec": clause, "generator": GENERATOR, "note": note}
+    return f"{op}/{case}.kdtr", tensors, meta
+
+
+def _tb(case, note, **args):
+    args.setdefault("with_full_mask", True)
+    return _fixture("tree_build", case, "TB.4.3", note, args, tree_build)
 
 
 def tree_build_cases():
@@ -94,22 +101,16 @@ def tree_build_cases():
 
 
 def _ta(case, note, tokens, first_child, next_sibling, target, max_depth, kv=None, bt=None, prefix=None):
-    tensors = {
-        "in.tokens": tokens,
-        "in.first_child": first_child,
-        "in.next_sibling": next_sibling,
-        "in.target_tokens": target,
-        "in.max_depth": np.array(max_depth, np.int64),
+    args = {
+        "tokens": tokens,
+        "first_child": first_child,
+        "next_sibling": next_sibling,
+        "target_tokens": target,
+        "max_depth": max_depth,
     }
-    commit = {}
     if kv is not None:
-        tensors.update({"in.kv_cache": kv.copy(), "in.block_table": bt, "in.prefix_lens": prefix})
-        commit = {"kv_cache": kv, "block_table": bt, "prefix_lens": prefix}
-    a = tree_accept(tokens, first_child, next_sibling, target, max_depth=max_depth, **commit)
-    tensors.update({f"out.{f}": getattr(a, f) for f in a.FIELDS})
-    if kv is not None:
-        tensors["out.kv_cache"] = kv
-    return f"tree_accept/{case}.kdtr", tensors, {"op": "tree_accept", "case": case, "spec": "TA.4.2", "note": note}
+        args.update(kv_cache=kv, block_table=bt, prefix_lens=prefix)
+    return _fixture("tree_accept", case, "TA.4.2", note, args, tree_accept)
 
 
 def tree_accept_cases():
@@ -168,23 +169,16 @@ def _tv(dtype):
     prefix = np.array([20, 3], np.int32)
     vis = layouts(par, dep.astype(np.int32), n, prefix)[0]
     q, kv, bt = hh.build_paged_cache(rng, dtype, prefix, 5, 8, 2)
-    out, lse = tree_verify(q, kv, bt, prefix, vis, 0.130861)
-    tensors = {
-        "in.q": q,
-        "in.kv_cache": kv,
-        "in.block_table": bt,
-        "in.prefix_lens": prefix,
-        "in.visibility": vis,
-        "in.softmax_scale": np.array(0.130861),
-        "out.out": out,
-        "out.lse": lse,
+    args = {
+        "q": q,
+        "kv_cache": kv,
+        "block_table": bt,
+        "prefix_lens": prefix,
+        "visibility": vis,
+        "softmax_scale": 0.130861,
     }
     name = {"float32": "fp32", "bfloat16": "bf16"}[dtype.name] + "_h2_prefix20"
-    yield (
-        f"tree_verify/{name}.kdtr",
-        tensors,
-        {"op": "tree_verify", "case": name, "spec": "TV.3.4", "note": "H=2, page 8, NaN-poisoned spare rows"},
-    )
+    yield _fixture("tree_verify", name, "TV.3.4", "H=2, page 8, NaN-poisoned spare rows", args, tree_verify)
 
 
 def generate():

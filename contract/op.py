@@ -1,0 +1,257 @@
+"""One op's contract as data: its arguments (names, kinds, dtypes, shape symbols), the symbols' limits,
+its outputs and result type, and the KDTR tensor names of both. `OpContract.validate()` runs the generic
+structural checks in argument order, then the op's own value checks.
+
+The structural pass binds shape symbols: the first array that names a symbol fixes its value (checked
+against the symbol's range, naming that array), later arrays must agree ("shape (2, 2, 4), expected
+(2, 3, 4)"). A dtype symbol works the same way (q and kv_cache share one dtype).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import checks as c
+
+REQUIRED = inspect.Parameter.empty
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+    """A named dimension with its range (inclusive)."""
+
+    name: str
+    lo: int
+    hi: int
+    doc: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg:
+    """One argument. kind: 'array' | 'int' | 'real' | 'flag'. `reads_values`: validate() reads the
+    array's values (a device caller passes a host copy); otherwise only its shape and dtype (an ArrayInfo
+    will do). `group`: arguments that must be given all together or not at all."""
+
+    name: str
+    kind: str
+    doc: str
+    dtypes: tuple[str, ...] = ()
+    shape: tuple[str | int, ...] = ()
+    dtype_symbol: str | None = None
+    default: Any = REQUIRED
+    keyword_only: bool = False
+    reads_values: bool = False
+    group: str | None = None
+    lo: int | None = None  # for 'int'
+    hi: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    name: str
+    dtype: str  # a dtype name, or "T" for the dtype symbol's value
+    shape: tuple[str | int, ...]
+    doc: str
+
+
+@dataclasses.dataclass
+class Checked:
+    """What validate() returns: the arguments with defaults applied, and the bound symbols."""
+
+    args: dict[str, Any]
+    dims: dict[str, Any]
+
+    def __getattr__(self, name):  # dims read as attributes: checked.bs, checked.B
+        try:
+            return self.__dict__["dims"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpContract:
+    slug: str
+    summary: str
+    args: tuple[Arg, ...]
+    symbols: tuple[Symbol, ...]
+    outputs: tuple[Output, ...]
+    result: type
+    # the op's own checks after the structural pass: (args, dims) -> None, may add derived dims
+    check_values: Callable[[dict, dict], None]
+    # the op's own default filling, before any check: (args) -> None (e.g. prefix_lens = zeros(bs))
+    fill_defaults: Callable[[dict], None] = lambda args: None
+    # symbols computed from others (visibility words W from Q), bound when an array first needs them
+    derived: dict[str, Callable[[dict], int]] = dataclasses.field(default_factory=dict)
+    # arguments the op writes in place; a KDTR op file carries them among its outputs too
+    in_place: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()  # what is refused, for the docstring
+
+    # ------------------------------------------------------------------ signature
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(o.name for o in self.outputs)
+
+    def arg(self, name: str) -> Arg:
+        return next(a for a in self.args if a.name == name)
+
+    def signature(self) -> inspect.Signature:
+        params = []
+        for a in self.args:
+            kind = inspect.Parameter.KEYWORD_ONLY if a.keyword_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            params.append(inspect.Parameter(a.name, kind, default=a.default))
+        return inspect.Signature(params)
+
+    def bind(self, *args, **kwargs) -> dict[str, Any]:
+        """The call's arguments by name, defaults applied (TypeError for a wrong call, as Python gives)."""
+        b = self.signature().bind(*args, **kwargs)
+        b.apply_defaults()
+        return dict(b.arguments)
+
+    def implements(self, fn):
+        """Decorator for an implementation of this op: its parameters must be the contract's (names, order,
+        kinds, defaults), and its docstring gets the contract appended (so help() shows shapes and limits)."""
+        got = inspect.signature(fn)
+        want = self.signature()
+        if [(p.name, p.kind, p.default) for p in got.parameters.values()] != [
+            (p.name, p.kind, p.default) for p in want.parameters.values()
+        ]:
+            raise TypeError(f"{fn.__module__}.{fn.__qualname__}{got} does not match the {self.slug} contract {want}")
+        fn.__doc__ = (inspect.cleandoc(fn.__doc__ or "") + "\n\n" + self.doc()).strip()
+        fn.contract = self
+        return fn
+
+    # ------------------------------------------------------------------ validation
+    def validate(self, *args, **kwargs) -> Checked:
+        """Every input check of the op, in argument order; raises InputError naming the argument."""
+        named = self.bind(*args, **kwargs)
+        self.fill_defaults(named)
+        dims: dict[str, Any] = {}
+        groups: dict[str, list[str]] = {}
+        for a in self.args:
+            if a.group:
+                groups.setdefault(a.group, []).append(a.name)
+        for names in groups.values():
+            given = [n for n in names if named[n] is not None]
+            if given and len(given) != len(names):
+                missing = [n for n in names if named[n] is None]
+                c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
+        for a in self.args:
+            v = named[a.name]
+            if v is None and a.default is None:
+                continue
+            if a.kind == "array":
+                named[a.name] = self._check_array(a, v, dims)
+            elif a.kind == "int":
+                assert a.lo is not None and a.hi is not None, f"{self.slug}.{a.name}: an int argument needs lo and hi"
+                named[a.name] = c.integer(a.name, v, a.lo, a.hi)
+            elif a.kind == "real":
+                named[a.name] = c.positive_float32(a.name, v)
+            elif a.kind == "flag":
+                named[a.name] = c.flag(a.name, v)
+        self.check_values(named, dims)
+        return Checked(named, dims)
+
+    def _check_array(self, a: Arg, v, dims: dict):
+        arr = c.host_array(a.name, v, shape_only=not a.reads_values)
+        allowed = [np.dtype(d) if d != "bfloat16" else c.BF16 for d in a.dtypes]
+        if a.dtype_symbol and a.dtype_symbol in dims:
+            allowed = [dims[a.dtype_symbol]]
+        if arr.dtype not in allowed:
+            c.fail(a.name, f"dtype {arr.dtype}, expected {' or '.join(str(d) for d in allowed)}")
+        if a.dtype_symbol:
+            dims.setdefault(a.dtype_symbol, arr.dtype)
+        if arr.ndim != len(a.shape):
+            c.fail(a.name, f"shape {tuple(arr.shape)} has {arr.ndim} dims, expected {len(a.shape)}")
+        for s in a.shape:
+            if isinstance(s, str) and s in self.derived and s not in dims:
+                dims[s] = self.derived[s](dims)
+        new = {}  # symbols this array is the first to name: bound (and range-checked) before comparing
+        for s, n in zip(a.shape, arr.shape):
+            if isinstance(s, str) and s not in dims and s not in new:
+                sym = self.symbol(s)
+                if not sym.lo <= n <= sym.hi:
+                    c.fail(a.name, f"{sym.doc} {s}={n} is outside {sym.lo}..{sym.hi}")
+                new[s] = int(n)
+        expected = tuple({**dims, **new}.get(s, s) if isinstance(s, str) else s for s in a.shape)
+        if any(e != n for e, n in zip(expected, arr.shape)):
+            c.fail(a.name, f"shape {tuple(arr.shape)}, expected ({', '.join(map(str, expected))})")
+        dims.update(new)
+        return arr
+
+    def symbol(self, name: str) -> Symbol:
+        return next(s for s in self.symbols if s.name == name)
+
+    # ------------------------------------------------------------------ KDTR op files
+    def kdtr_inputs(self, named: dict) -> dict[str, np.ndarray]:
+        """The input tensors of a KDTR op file: one per given argument, scalars as rank-0 tensors."""
+        out = {}
+        for a in self.args:
+            v = named.get(a.name, a.default)
+            if v is None or v is REQUIRED:
+                continue
+            if a.kind == "array":
+                out[a.name] = np.asarray(v)
+            elif a.kind == "int":
+                out[a.name] = np.array(int(v), np.int32)
+            elif a.kind == "real":
+                out[a.name] = np.array(float(v), np.float64)
+            else:
+                out[a.name] = np.array(bool(v), np.bool_)
+        return out
+
+    def args_from_kdtr(self, tensors) -> dict[str, Any]:
+        """Arguments from a KDTR op file's input tensors (a mapping name -> array); missing ones default."""
+        named: dict[str, Any] = {}
+        for a in self.args:
+            if a.name not in tensors:
+                continue
+            t = np.asarray(tensors[a.name])
+            if a.kind == "array":
+                named[a.name] = np.array(t)  # a private, writeable copy (the commit writes in place)
+            elif a.kind == "int":
+                named[a.name] = int(t)
+            elif a.kind == "real":
+                named[a.name] = float(t)
+            else:
+                named[a.name] = bool(t)
+        return named
+
+    def kdtr_outputs(self, result, named: dict | None = None) -> dict[str, np.ndarray]:
+        """The output tensors of a KDTR op file: the result's fields, and the arguments written in place."""
+        out = {o.name: np.asarray(getattr(result, o.name)) for o in self.outputs}
+        for name in self.in_place:
+            if named is not None and named.get(name) is not None:
+                out[name] = np.asarray(named[name])
+        return out
+
+    # ------------------------------------------------------------------ documentation
+    def doc(self) -> str:
+        """The contract as text: arguments with dtypes/shapes, limits, outputs, what is refused."""
+        lines = [f"Contract ({self.slug}): {self.summary}", "", "Arguments:"]
+        for a in self.args:
+            if a.kind == "array":
+                t = f"{'|'.join(a.dtypes)} [{', '.join(map(str, a.shape))}]"
+            elif a.kind == "int":
+                t = f"int in {a.lo}..{a.hi}"
+            else:
+                t = {"real": "real number", "flag": "bool"}[a.kind]
+            dflt = "" if a.default is REQUIRED else f" = {a.default!r}"
+            lines.append(f"  {a.name}{dflt}: {t}. {a.doc}")
+        lines += ["", "Limits:"]
+        lines += [f"  {s.name} ({s.doc}): {s.lo}..{s.hi}" for s in self.symbols]
+        lines += ["", f"Returns {self.result.__name__}:"]
+        lines += [f"  {o.name}: {o.dtype} [{', '.join(map(str, o.shape))}]. {o.doc}" for o in self.outputs]
+        if self.errors:
+            lines += ["", "Raises InputError (message starts with the argument's name) when:"]
+            lines += [textwrap.fill(e, 100, initial_indent="  - ", subsequent_indent="    ") for e in self.errors]
+        return "\n".join(lines)

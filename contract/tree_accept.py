@@ -1,0 +1,151 @@
+"""Contract of tree_accept: greedy walk of the verified tree and the latent-KV commit (spec/tree_accept.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import checks as c
+from . import limits, paged, trees
+from .op import Arg, OpContract, Output, Symbol
+
+
+@dataclasses.dataclass
+class Accept:
+    accept_len: np.ndarray  # int32 [bs]
+    accept_path: np.ndarray  # int32 [bs, 1 + max_depth]
+    emitted: np.ndarray  # int32 [bs, 1 + max_depth]
+    bonus: np.ndarray  # int32 [bs]
+    new_lens: np.ndarray  # int32 [bs] = prefix_len + 1 + accept_len
+
+    FIELDS = ("accept_len", "accept_path", "emitted", "bonus", "new_lens")
+
+
+def _check_values(a: dict, dims: dict) -> None:
+    c.non_negative("tokens", a["tokens"], "token id")
+    c.non_negative("target_tokens", a["target_tokens"], "token id")
+    trees.check_links("first_child", a["first_child"], "next_sibling", a["next_sibling"])
+    depth = trees.depths_from_parents(trees.parents_from_links(a["first_child"], a["next_sibling"]))
+    L = a["max_depth"]
+    if (depth > L).any():
+        b, u = c.first_bad(depth > L)
+        c.fail("first_child", f"request {b} node {u} is at depth {int(depth[b, u])} > max_depth {L}")
+    kv = a["kv_cache"]
+    if kv is None:
+        return
+    flags = kv.flags if isinstance(kv, np.ndarray) else kv  # an ArrayInfo for a device cache
+    if not (flags.writeable and flags.c_contiguous):
+        c.fail("kv_cache", "must be a writeable C-contiguous array (the commit is in place)")
+    paged.check_cache_shape(kv.shape)
+    pre = a["prefix_lens"]
+    c.non_negative("prefix_lens", pre, "length")
+    D = dims["D"]
+    paged.check_context(pre, D, "tree rows")
+    paged.check_pages(kv.shape, a["block_table"], pre, D)
+    paged.check_distinct_rows(a["block_table"], kv.shape[1], pre, D)
+
+
+CONTRACT = OpContract(
+    slug="tree_accept",
+    summary="greedy walk of the verified tree (accepted path, bonus token) and the in-place latent-KV commit",
+    args=(
+        Arg(
+            "tokens",
+            "array",
+            "draft token per node (tree_build's tokens), >= 0",
+            ("int32",),
+            ("bs", "D"),
+            reads_values=True,
+        ),
+        Arg(
+            "first_child",
+            "array",
+            "first child per node, -1 = none; links point forward",
+            ("int32",),
+            ("bs", "D"),
+            reads_values=True,
+        ),
+        Arg(
+            "next_sibling",
+            "array",
+            "next sibling per node, -1 = none; siblings ascending",
+            ("int32",),
+            ("bs", "D"),
+            reads_values=True,
+        ),
+        Arg(
+            "target_tokens",
+            "array",
+            "the target's greedy token at each node, >= 0",
+            ("int32",),
+            ("bs", "D"),
+            reads_values=True,
+        ),
+        Arg(
+            "max_depth",
+            "int",
+            "L: no node is deeper; paths are padded to 1 + L",
+            lo=0,
+            hi=limits.MAX_DEPTH,
+            keyword_only=True,
+        ),
+        Arg(
+            "kv_cache",
+            "array",
+            "latent cache, committed in place (with block_table and prefix_lens)",
+            ("float32", "bfloat16"),
+            ("num_pages", "page_size", limits.HEAD_DIM),
+            default=None,
+            keyword_only=True,
+            group="commit",
+        ),
+        Arg(
+            "block_table",
+            "array",
+            "page of each request's logical page",
+            ("int32",),
+            ("bs", "max_pages"),
+            default=None,
+            keyword_only=True,
+            group="commit",
+            reads_values=True,
+        ),
+        Arg(
+            "prefix_lens",
+            "array",
+            "committed length per request; the tree's rows follow it",
+            ("int32",),
+            ("bs",),
+            default=None,
+            keyword_only=True,
+            group="commit",
+            reads_values=True,
+        ),
+    ),
+    symbols=(
+        Symbol("bs", 1, limits.MAX_BATCH, "batch size"),
+        Symbol("D", 1, limits.MAX_TREE, "tree width"),
+        Symbol("num_pages", 1, limits.MAX_CACHE_ROWS, "pages"),
+        Symbol("page_size", 1, limits.MAX_PAGE_SIZE, "page size"),
+        Symbol("max_pages", 1, limits.MAX_CONTEXT, "block-table width"),
+    ),
+    outputs=(
+        Output("accept_len", "int32", ("bs",), "accepted drafts, root excluded"),
+        Output("accept_path", "int32", ("bs", "1+L"), "node indices, root first, -1 padded"),
+        Output("emitted", "int32", ("bs", "1+L"), "accepted draft tokens then the bonus token, -1 padded"),
+        Output("bonus", "int32", ("bs",), "target token at the last accepted node (the next root)"),
+        Output("new_lens", "int32", ("bs",), "prefix_len + 1 + accept_len (prefix_len 0 without a commit)"),
+    ),
+    result=Accept,
+    check_values=_check_values,
+    in_place=("kv_cache",),
+    errors=(
+        "a dtype, rank or shape is wrong, or a dimension is outside its limit; only part of the commit is given;",
+        "a token or target token is negative; links are cyclic, point backwards, give a node two parents, give the "
+        "root a sibling, or reach deeper than max_depth;",
+        "the cache is not writeable and C-contiguous; page_size is 0; prefix_lens is negative or prefix_len + D "
+        "exceeds the context limit; a needed page is missing or out of range; two requests' tree rows share a "
+        "physical cache row.",
+    ),
+)
