@@ -42,8 +42,8 @@ def pytest_addoption(parser):
         "--impl",
         action="append",
         default=None,
-        choices=impls.ALL,
-        help="implementation(s) under test; repeat for several (default: all, unusable ones skip)",
+        help="implementation(s) under test, repeat for several: reference, cuda (every variant), cuda:NAME, "
+        "engine-cpu, engine-cuda (default: all; those that cannot run here skip with the reason)",
     )
     parser.addoption(
         "--require-gpu",
@@ -69,23 +69,28 @@ def pytest_configure_node(node):
 
 
 def pytest_configure(config):
-    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy)."""
+    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy). Everyone: check
+    --impl against the registry."""
     gpu = getattr(config, "workerinput", {}).get("kdtr_gpu")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        impls.expand(config.getoption("--impl"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_report_header(config):
     p = device.probe()
     return [
         f"kdtr: gpu: {p.reason}; nvrtc: {device.nvrtc_version()}; hypothesis profile: "
-        f"{settings._current_profile}; impl: {','.join(config.getoption('--impl') or impls.ALL)}"
+        f"{settings._current_profile}; impl: {','.join(impls.expand(config.getoption('--impl')))}"
     ]
 
 
 def pytest_generate_tests(metafunc):
     if "impl" in metafunc.fixturenames:
-        chosen = metafunc.config.getoption("--impl") or list(impls.ALL)
+        chosen = impls.expand(metafunc.config.getoption("--impl"))
         metafunc.parametrize("impl", chosen, indirect=True, ids=[f"impl={n}" for n in chosen])
 
 
@@ -117,7 +122,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     params = getattr(item, "callspec", None)
     impl = params.params.get("impl") if params else None
-    if item.get_closest_marker("gpu") or impl in impls.GPU_IMPLS:
+    if item.get_closest_marker("gpu") or (impl and (impl.startswith("cuda") or impl == "engine-cuda")):
         p = device.probe()
         if not p.ok:
             (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")

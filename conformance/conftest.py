@@ -7,8 +7,12 @@ from harness import impls
 
 @pytest.fixture(scope="session")
 def impl(request):
-    """The implementation under test (parametrized by the root conftest from --impl)."""
+    """The implementation under test (parametrized by the root conftest from --impl); skips with the
+    reason when it cannot run on this machine at all."""
     try:
-        return impls.get(request.param)
+        i = impls.get(request.param)
     except impls.Unavailable as e:
         pytest.skip(str(e))
+    if i.why_not:
+        pytest.skip(f"{i.name}: {i.why_not}")
+    return i

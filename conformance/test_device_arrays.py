@@ -7,19 +7,17 @@ import importlib
 import numpy as np
 import pytest
 
+from contract import BF16, Accept, InputError, Tree
 from harness import strategies as hh
+from harness.cases import run
 from harness.compare import assert_bit_exact
-from reference.tree_accept import Accept
-from reference.tree_build import Tree
-from reference.tree_verify import BF16
-from reference.validate import InputError
 
 LIBS = ["cupy", "torch"]
 
 
 def _lib(impl, name):
-    if impl.name == "reference":
-        pytest.skip("the numpy reference takes host arrays only")
+    if not impl.takes_device_arrays:
+        pytest.skip(f"{impl.name} takes host arrays only")
     try:
         mod = importlib.import_module(name)
     except ImportError:
@@ -49,8 +47,10 @@ def test_tree_build_device_arrays(impl, lib_name):
     lp = hh.logp_rows(rng, (3, 4, 8), "bf16", 0.3)
     ids = np.stack([np.stack([rng.permutation(500)[:8] for _ in range(4)]) for _ in range(3)]).astype(np.int32)
     roots, pre = np.array([1, 2, 3], np.int32), np.array([0, 5, 64], np.int32)
-    want = impl.op("tree_build")(lp, ids, roots, 20, pre)
-    got = impl.op("tree_build")(*(to_dev(lib, lib_name, a) for a in (lp, ids, roots)), 20, to_dev(lib, lib_name, pre))
+    case = hh.topk_case(lp, ids, roots, 20, pre, with_full_mask=True)
+    want = run(impl, case)
+    dev = {k: to_dev(lib, lib_name, v) for k, v in case.args.items() if isinstance(v, np.ndarray)}
+    got = run(impl, case.with_args(**dev))
     for f in Tree.FIELDS:
         x = getattr(got, f)
         assert type(x).__module__.split(".")[0] == lib_name, f"{f} came back as {type(x)}"
@@ -62,13 +62,7 @@ def test_tree_build_device_arrays(impl, lib_name):
     bad = lp.copy()
     bad[0, 0, 0] = np.nan
     with pytest.raises(InputError, match=r"top_logp: NaN at \(0, 0, 0\)"):
-        impl.op("tree_build")(
-            to_dev(lib, lib_name, bad),
-            to_dev(lib, lib_name, ids),
-            to_dev(lib, lib_name, roots),
-            20,
-            to_dev(lib, lib_name, pre),
-        )
+        run(impl, case.with_args(**{**dev, "top_logp": to_dev(lib, lib_name, bad)}))
 
 
 @pytest.mark.spec("TA.4.3")
@@ -84,17 +78,18 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
     pre = np.array([3, 17], np.int32)
     _, kv, bt = hh.build_paged_cache(rng, BF16 if kv_dtype == "bf16" else np.float32, pre, 6, 4, 1)
     kv_np = kv.copy()
-    want = impl.op("tree_accept")(tok, fc, ns, tgt, max_depth=3, kv_cache=kv_np, block_table=bt, prefix_lens=pre)
+    case = hh.accept_case(par, np.array([6, 6], np.int32), tok, fc, ns, tgt, 3)
+    want = run(impl, case.with_args(kv_cache=kv_np, block_table=bt, prefix_lens=pre))
     if kv_dtype == "bf16":  # torch has bf16; numpy hands it over as raw 16-bit words
         kv_dev = lib.from_numpy(kv.view(np.int16)).cuda().view(lib.bfloat16)
     else:
         kv_dev = to_dev(lib, lib_name, kv)
-    got = impl.op("tree_accept")(
-        *(to_dev(lib, lib_name, a) for a in (tok, fc, ns, tgt)),
-        max_depth=3,
-        kv_cache=kv_dev,
-        block_table=to_dev(lib, lib_name, bt),
-        prefix_lens=to_dev(lib, lib_name, pre),
+    dev = {k: to_dev(lib, lib_name, case.args[k]) for k in ("tokens", "first_child", "next_sibling", "target_tokens")}
+    got = run(
+        impl,
+        case.with_args(
+            **dev, kv_cache=kv_dev, block_table=to_dev(lib, lib_name, bt), prefix_lens=to_dev(lib, lib_name, pre)
+        ),
     )
     for f in Accept.FIELDS:
         assert_bit_exact(to_host(lib_name, getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.3")

@@ -11,9 +11,10 @@ import pathlib
 import numpy as np
 import pytest
 
+import contract
 import kdtr
-from harness import impls
 from harness import spec as clauses
+from harness.cases import Case, run
 from harness.compare import assert_bit_exact, assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -31,45 +32,25 @@ def _files(op):
     return sorted((FIXTURES / op).glob("*.kdtr"))
 
 
-def _call(impl, op, f):
-    try:
-        fn = impl.op(op)
-    except impls.Unavailable as e:
-        pytest.skip(str(e))
-    t = {k[3:]: f[k] for k in f.infos if k.startswith("in.")}
-    if op == "tree_build":
-        return fn(t["top_logp"], t["top_ids"], t["root_tokens"], int(t["budget"]), t["prefix_lens"])
-    if op == "tree_accept":
-        commit = {}
-        if "kv_cache" in t:
-            commit = {
-                "kv_cache": np.array(t["kv_cache"]),
-                "block_table": t["block_table"],
-                "prefix_lens": t["prefix_lens"],
-            }
-        return fn(
-            t["tokens"],
-            t["first_child"],
-            t["next_sibling"],
-            t["target_tokens"],
-            max_depth=int(t["max_depth"]),
-            **commit,
-        ), commit.get("kv_cache")
-    return fn(t["q"], t["kv_cache"], t["block_table"], t["prefix_lens"], t["visibility"], float(t["softmax_scale"]))
+def fixture_case(f) -> Case:
+    """The op call a fixture holds: its `in.*` tensors by the contract's KDTR names."""
+    op = f.metadata["op"]
+    inputs = {k[3:]: f[k] for k in f.infos if k.startswith("in.")}
+    return Case(op, contract.OPS[op].args_from_kdtr(inputs))
+
+
+def expected(f) -> dict[str, np.ndarray]:
+    return {k[4:]: np.asarray(f[k]) for k in f.infos if k.startswith("out.")}
 
 
 @pytest.mark.spec("TB.4.3")
 @pytest.mark.parametrize("path", _files("tree_build"), ids=lambda p: p.stem)
 def test_tree_build_fixture(impl, path):
     f = kdtr.load(path)
-    got = _call(impl, "tree_build", f)
-    for name in (k for k in f.infos if k.startswith("out.")):
+    got = run(impl, fixture_case(f))
+    for name, want in expected(f).items():
         assert_bit_exact(
-            np.asarray(getattr(got, name[4:])),
-            np.asarray(f[name]),
-            what=name[4:],
-            spec_id="TB.4.3",
-            context={"fixture": path.name},
+            np.asarray(getattr(got, name)), want, what=name, spec_id="TB.4.3", context={"fixture": path.name}
         )
 
 
@@ -77,26 +58,28 @@ def test_tree_build_fixture(impl, path):
 @pytest.mark.parametrize("path", _files("tree_accept"), ids=lambda p: p.stem)
 def test_tree_accept_fixture(impl, path):
     f = kdtr.load(path)
-    got, kv = _call(impl, "tree_accept", f)
-    for name in (k for k in f.infos if k.startswith("out.")):
-        actual = kv if name == "out.kv_cache" else np.asarray(getattr(got, name[4:]))
-        assert_bit_exact(actual, np.asarray(f[name]), what=name[4:], spec_id="TA.4.2", context={"fixture": path.name})
+    case = fixture_case(f)
+    got = run(impl, case)
+    for name, want in expected(f).items():
+        actual = case.args[name] if name in contract.TREE_ACCEPT.in_place else np.asarray(getattr(got, name))
+        assert_bit_exact(actual, want, what=name, spec_id="TA.4.2", context={"fixture": path.name})
 
 
 @pytest.mark.spec("TV.3.4")
 @pytest.mark.parametrize("path", _files("tree_verify"), ids=lambda p: p.stem)
 def test_tree_verify_fixture(impl, path):
     f = kdtr.load(path)
-    out, lse = _call(impl, "tree_verify", f)
-    if impl.name == "reference":  # it generated them: bit for bit
-        assert_bit_exact(out, np.asarray(f["out.out"]), what="out", spec_id="TV.3.4")
-        assert_bit_exact(lse, np.asarray(f["out.lse"]), what="lse", spec_id="TV.3.4")
+    got = run(impl, fixture_case(f))
+    want = expected(f)
+    if impl.name == f.metadata["generator"]:  # the implementation that made them: bit for bit
+        assert_bit_exact(got.out, want["out"], what="out", spec_id="TV.3.4")
+        assert_bit_exact(got.lse, want["lse"], what="lse", spec_id="TV.3.4")
         return
-    tol = clauses.clause("TV.2.1" if out.dtype == np.float32 else "TV.2.2").tolerance()
-    for name, a in (("out", out), ("lse", lse)):
-        assert_close(
-            a.astype(np.float64), np.asarray(f[f"out.{name}"]).astype(np.float64), what=name, spec_id="TV.3.4", **tol
-        )
+    fp32 = got.out.dtype == np.float32
+    for name, clause in (("out", "TV.2.1" if fp32 else "TV.2.2"), ("lse", "TV.2.3" if fp32 else "TV.2.9")):
+        tol = clauses.clause(clause).tolerance()
+        actual = np.asarray(getattr(got, name)).astype(np.float64)
+        assert_close(actual, want[name].astype(np.float64), what=name, spec_id="TV.3.4", **tol)
 
 
 @pytest.mark.spec("TB.3.2", "TB.3.3", "TA.2.3")
@@ -123,3 +106,52 @@ def test_fixtures_are_current():
     assert on_disk == set(manifest["files"]), "fixture files and MANIFEST.json disagree"
     for rel, sha in manifest["files"].items():
         assert hashlib.sha256((FIXTURES / rel).read_bytes()).hexdigest() == sha, f"{rel} does not match MANIFEST.json"
+
+
+_REPRODUCE = """
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import kdtr
+from harness.compare import check_bit_exact
+from conformance.test_fixtures import expected, fixture_case, _files
+from reference.tree_verify import tree_verify
+bad = []
+for path in _files("tree_verify"):
+    f = kdtr.load(path)
+    case = fixture_case(f)
+    want = expected(f)
+    for layout in ("C", "F"):
+        args = dict(case.args)
+        if layout == "F":
+            args["q"], args["kv_cache"] = np.asfortranarray(args["q"]), np.asfortranarray(args["kv_cache"])
+        got = tree_verify(**args)
+        for name in ("out", "lse"):
+            m = check_bit_exact(getattr(got, name), want[name], what=f"{path.name} {name} ({layout}-order)")
+            if m is not None:
+                bad.append(m.format())
+print("\\n".join(bad) if bad else "OK")
+"""
+MACHINES = {
+    "openblas-haswell": {"OPENBLAS_CORETYPE": "Haswell"},
+    "openblas-prescott": {"OPENBLAS_CORETYPE": "Prescott"},
+    "numpy-simd-restricted": {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"},
+}
+
+
+@pytest.mark.spec("TV.2.2", "TV.3.4")
+@pytest.mark.parametrize("machine", sorted(MACHINES))
+def test_reference_bits_do_not_depend_on_the_machine(machine):
+    """The reference reproduces its fixtures bit for bit under other BLAS kernels, restricted numpy SIMD
+    dispatch, and Fortran-order inputs (its sums are exactly rounded; its exp/log fixed arithmetic)."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip(f"the BLAS core types and SIMD features named here are x86-64's ({platform.machine()})")
+    env = {**__import__("os").environ, **MACHINES[machine]}
+    out = subprocess.run(
+        [sys.executable, "-c", _REPRODUCE, str(ROOT)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "OK", f"[TV.2.2] reference bits moved on {machine}:\n{out.stdout[-3000:]}"

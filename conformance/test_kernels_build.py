@@ -1,18 +1,23 @@
-"""Compile-only checks of every kernel (spec/build.md): no GPU needed, run in CI."""
+"""Compile-only checks of every kernel build spec (spec/build.md): no GPU needed, run in CI; and, on a GPU,
+the geometry the query kernels report equals the same header compiled as host C++ (as the engine uses it)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from harness import device
-from kernels_cu import runtime
+from kernels_cu import runtime, specs
 
 pytestmark = pytest.mark.nvrtc
+
+BUILDS = [pytest.param(s, a, id=f"{s.name}@{a}") for s in specs.SPECS for a in s.archs]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -23,17 +28,25 @@ def _nvrtc_available(request):
 
 
 @pytest.mark.spec("KB.1.1", "KB.1.2")
-@pytest.mark.parametrize("arch", runtime.ARCHS)
-@pytest.mark.parametrize("slug", sorted(runtime.ENTRY))
-def test_compiles_without_spills(request, slug, arch):
-    c = runtime.compile_kernel(slug, arch)
-    assert c.cubin[:4] == b"\x7fELF", f"{slug} for {arch} is not an ELF cubin"
-    entry = runtime.ENTRY[slug]
-    assert entry in c.resources, f"ptxas report has no entry for {entry}:\n{c.log}"
-    r = c.resources[entry]
-    request.node.user_properties.append(("kernel_resources", {"kernel": entry, "arch": arch, **r}))
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0, f"[KB.1.2] {entry} spills on {arch}: {r}"
-    assert r["stack"] == 0, f"[KB.1.2] {entry} uses a {r['stack']}-byte stack frame (local memory) on {arch}"
+@pytest.mark.parametrize("spec,arch", BUILDS)
+def test_compiles_without_spills(request, spec, arch):
+    c = runtime.compile_kernel(spec, arch)
+    assert c.cubin[:4] == b"\x7fELF", f"{spec.name} for {arch} is not an ELF cubin"
+    for entry in (spec.entry, spec.geometry):
+        assert entry in c.resources, f"ptxas report has no entry for {entry}:\n{c.log}"
+        r = c.resources[entry]
+        request.node.user_properties.append(
+            ("kernel_resources", {"kernel": entry, "variant": spec.variant, "arch": arch, **r})
+        )
+        assert r["spill_stores"] == 0 and r["spill_loads"] == 0, f"[KB.1.2] {entry} spills on {arch}: {r}"
+        assert r["stack"] == 0, f"[KB.1.2] {entry} uses a {r['stack']}-byte stack frame (local memory) on {arch}"
+
+
+@pytest.mark.spec("KB.1.1")
+def test_variants_differ_in_their_defines():
+    """Two variants of one source are two builds (their defines reach the cache key), not one cubin twice."""
+    smem, glob = specs.get("tree_build", "heap_smem"), specs.get("tree_build", "heap_global")
+    assert runtime.cache_key(smem, "sm_90") != runtime.cache_key(glob, "sm_90")
 
 
 @pytest.mark.spec("KB.1.3")
@@ -41,69 +54,127 @@ def test_compile_error_carries_log(tmp_path, monkeypatch):
     (tmp_path / "broken.cu").write_text('extern "C" __global__ void k() { undefined_thing = 1; }\n')
     monkeypatch.setattr(runtime, "HERE", tmp_path)
     monkeypatch.setenv("KDTR_DISABLE_CACHE", "1")
-    runtime.compile_kernel.cache_clear()
-    try:
-        with pytest.raises(runtime.CompileError, match='identifier "undefined_thing" is undefined'):
-            runtime.compile_kernel("broken", "sm_90")
-    finally:
-        runtime.compile_kernel.cache_clear()
+    broken = specs.KernelSpec("broken", "x", "a kernel that does not compile", "broken.cu", "k", "k", 32)
+    with pytest.raises(runtime.CompileError, match='identifier "undefined_thing" is undefined'):
+        runtime.compile_kernel(broken, "sm_90")
 
 
 @pytest.mark.spec("KB.1.3")
 def test_arch_must_be_a_real_sm():
     with pytest.raises(ValueError, match="arch: 'compute_90'"):
-        runtime.compile_kernel("tree_build", "compute_90")
+        runtime.compile_kernel(specs.SPECS[0], "compute_90")
 
 
 _CHILD = """
 import os, sys
 sys.path.insert(0, os.getcwd())
-from kernels_cu import runtime
-c = runtime.compile_kernel(sys.argv[1], "sm_90")
+from kernels_cu import runtime, specs
+c = runtime.compile_kernel(specs.get(*sys.argv[1].split(":")), "sm_90")
 print(int(c.cached), len(c.cubin))
 """
 
 
+def _child(name, env):
+    root = runtime.HERE.parent
+    return subprocess.run([sys.executable, "-c", _CHILD, name], cwd=root, env=env, capture_output=True, text=True)
+
+
 @pytest.mark.spec("KB.1.4")
 def test_cache_hits_and_keys(tmp_path, monkeypatch):
-    monkeypatch.setenv("KDTR_CACHE_DIR", str(tmp_path / "cache"))
     env = {**os.environ, "KDTR_CACHE_DIR": str(tmp_path / "cache")}
-    root = runtime.HERE.parent
-    first = subprocess.run(
-        [sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True
-    )
-    second = subprocess.run(
-        [sys.executable, "-c", _CHILD, "tree_accept"], cwd=root, env=env, capture_output=True, text=True
-    )
+    first, second = _child("tree_accept:pointer_jump", env), _child("tree_accept:pointer_jump", env)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split()[0] == "0" and second.stdout.split()[0] == "1", (first.stdout, second.stdout)
     assert first.stdout.split()[1] == second.stdout.split()[1]
-    k1 = runtime.cache_key("tree_accept", "sm_90")
+    spec = specs.get("tree_accept", "pointer_jump")
+    k1 = runtime.cache_key(spec, "sm_90")
     monkeypatch.setattr(
-        runtime, "source_with_headers", lambda slug: ("// same source", {"common.cuh": "// a changed header"})
+        runtime, "source_with_headers", lambda spec: ("// same source", {"common.cuh": "// a changed header"})
     )
-    assert runtime.cache_key("tree_accept", "sm_90") != k1
+    assert runtime.cache_key(spec, "sm_90") != k1
 
 
 @pytest.mark.spec("KB.1.4")
 def test_concurrent_writers_leave_whole_entries(tmp_path):
     """Eight processes compile the same kernel into an empty cache at once; every entry read back is whole."""
     env = {**os.environ, "KDTR_CACHE_DIR": str(tmp_path / "cache")}
-    root = runtime.HERE.parent
-
-    def one(_):
-        return subprocess.run(
-            [sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True, text=True
-        )
-
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
-        results = list(ex.map(one, range(8)))
+        results = list(ex.map(lambda _: _child("tree_build:heap_smem", env), range(8)))
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]
     sizes = {r.stdout.split()[1] for r in results}
     assert len(sizes) == 1
     files = sorted(p.name for p in (tmp_path / "cache" / f"v{runtime.SCHEMA}").iterdir())
     assert not [f for f in files if f.startswith(".tmp-")], files
-    again = subprocess.run(
-        [sys.executable, "-c", _CHILD, "tree_build"], cwd=root, env=env, capture_output=True, text=True
-    )
-    assert again.stdout.split() == ["1", sizes.pop()]
+    assert _child("tree_build:heap_smem", env).stdout.split() == ["1", sizes.pop()]
+
+
+# The launch geometry headers as the engine's host code uses them (g++, no CUDA): the values printed here
+# must equal what the kernels' query kernels report on a GPU (test_geometry_host_equals_device).
+_HOST_PROGRAM = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "tree_build.cuh"
+#include "tree_accept.cuh"
+int main() {
+  const int shapes[][3] = {{0, 0, 0}, {1, 1, 1}, {16, 15, 16}, {64, 15, 64}, {1024, 32, 1024}, {1024, 15, 8}};
+  for (auto& s : shapes)
+    for (int stage = 0; stage < 2; ++stage)
+      std::printf("tb %d %d %d %d %lld\n", s[0], s[1], s[2], stage, tree_build_smem(s[0], s[1], s[2], stage).total);
+  for (int D : {1, 2, 65, 1025}) std::printf("ta %d %lld\n", D, tree_accept_smem_bytes(D));
+}
+"""
+SHAPES = [(0, 0, 0), (1, 1, 1), (16, 15, 16), (64, 15, 64), (1024, 32, 1024), (1024, 15, 8)]
+
+
+def host_geometry(tmp_path) -> dict:
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "geometry.cpp"
+    src.write_text(_HOST_PROGRAM)
+    exe = tmp_path / "geometry"
+    subprocess.run([cxx, "-std=c++17", "-Wall", "-Werror", f"-I{runtime.HERE}", str(src), "-o", str(exe)], check=True)
+    out = {}
+    for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines():
+        kind, *nums = line.split()
+        out[(kind, *map(int, nums[:-1]))] = int(nums[-1])
+    return out
+
+
+@pytest.mark.spec("KB.1.5")
+def test_geometry_headers_compile_as_host_cxx(tmp_path):
+    """The engine's host code includes the same headers: they compile with g++ and give sane sizes."""
+    g = host_geometry(tmp_path)
+    assert g[("tb", 64, 15, 64, 1)] - g[("tb", 64, 15, 64, 0)] == 15 * 64 * 4  # staged log-probs
+    assert g[("ta", 1025)] == (6 * 1025 + 33) * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("KB.1.5")
+def test_geometry_host_equals_device(tmp_path):
+    """Each spec's query kernel evaluates the header on the GPU: the same numbers as the host build."""
+    import numpy as np
+
+    if not device.probe().ok:
+        pytest.skip(f"GPU unavailable: {device.probe().reason}")
+    g = host_geometry(tmp_path)
+    for spec in specs.for_op("tree_build"):
+        for B, L, K in SHAPES:
+            for limit in (0, 1 << 40):  # nothing fits / everything fits
+                smem, staged = runtime.geometry(spec, (np.int32(B), np.int32(L), np.int32(K), np.int64(limit)), 2)
+                stage_policy = dict(spec.defines)["KDTR_TB_STAGE_LP"] == "1"
+                assert staged == int(stage_policy and limit > 0), (spec.name, B, L, K, limit)
+                assert smem == g[("tb", B, L, min(B, K), staged)], (spec.name, B, L, K, limit)
+    for spec in specs.for_op("tree_accept"):
+        for D in (1, 2, 65, 1025):
+            assert runtime.geometry(spec, (np.int32(D),), 1) == (g[("ta", D)],)
+
+
+@pytest.mark.spec("KB.1.1")
+def test_specs_are_well_formed():
+    names = [s.name for s in specs.SPECS]
+    assert len(names) == len(set(names)), "two specs share a name"
+    for s in specs.SPECS:
+        assert (runtime.HERE / s.source).is_file(), s
+        assert s.block % 32 == 0 and 32 <= s.block <= 1024, s
+        assert dataclasses.replace(s) == s

@@ -8,168 +8,237 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import impls
+from contract import InputError, limits
+from contract.paged import cache_rows
+from contract.trees import unpack_visibility
 from harness import spec as clauses
 from harness import strategies as hh
-from harness.compare import assert_bit_exact, assert_close
+from harness.cases import run
+from harness.compare import assert_bit_exact, assert_close, assert_cosine
 from reference import oracles
 from reference import tree_verify as ref
-from reference.validate import InputError
+from reference.tree_build import layouts
 
 BF16 = ml_dtypes.bfloat16
 HEAVY = settings(max_examples=max(10, settings().max_examples // 5))  # each example is many small matmuls
-
-
-def run(impl, case):
-    try:
-        fn = impl.op("tree_verify")
-    except impls.Unavailable as e:
-        pytest.skip(str(e))
-    q, kv, bt, pre, vis, scale, *_ = case
-    return fn(q, kv, bt, pre, vis, scale)
 
 
 def tol(clause_id):
     return clauses.clause(clause_id).tolerance()
 
 
-def valid_case(Q=3, H=2, prefix=(5,)):
-    rng = np.random.default_rng(3)
-    par = np.array([-1, 0, 0][:Q], np.int32)
-    pre = np.array(prefix, np.int32)
-    from reference.tree_build import layouts
-
-    vis = layouts(
-        np.tile(par, (len(pre), 1)), np.tile(hh.depths_of(par), (len(pre), 1)), np.full(len(pre), Q, np.int32), pre
-    )[0]
-    q, kv, bt = hh.build_paged_cache(rng, np.float32, pre, Q, 4, H)
-    return [q, kv, bt, pre, vis, 0.130861, np.tile(par, (len(pre), 1)), np.full(len(pre), Q, np.int32)]
+def out_tol(dtype):
+    return tol("TV.2.1" if np.dtype(dtype) == np.float32 else "TV.2.2")
 
 
-def _with(i, fn):
-    c = valid_case()
-    c[i] = fn(c[i])
-    return c
+def tree_case(parents, prefix, H=2, page_size=4, dtype=np.float32, seed=3, q_scale=1.0, scale=0.130861):
+    """A case over one tree shape shared by every request (parents [Q], parents before children)."""
+    par = np.asarray(parents, np.int32)
+    pre = np.asarray(prefix, np.int32)
+    Q, bs = len(par), len(pre)
+    pars = np.tile(par, (bs, 1))
+    vis = layouts(pars, np.tile(hh.depths_of(par), (bs, 1)), np.full(bs, Q, np.int32), pre)[0]
+    q, kv, bt = hh.build_paged_cache(np.random.default_rng(seed), dtype, pre, Q, page_size, H, q_scale=q_scale)
+    return hh.verify_case(q, kv, bt, pre, vis, scale, pars, np.full(bs, Q, np.int32))
+
+
+def valid_case():
+    return tree_case([-1, 0, 0], [5])
+
+
+def oracle(case):
+    return ref.tree_verify_float64(**case.args)
 
 
 def _vis(fn):
-    def f(v):
-        v = v.copy()
-        fn(v)
-        return v
+    v = valid_case().visibility.copy()
+    fn(v)
+    return v
 
-    return f
+
+class _ForeignCudaArray:
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (1, 3, 2, 576), "typestr": "<f4", "data": (0, False), "version": 3}
+
+
+spec = pytest.mark.spec
+
+
+def _bad(changes, message, clause, name):
+    return pytest.param(changes, message, id=name, marks=clause)
 
 
 # --- TV.1 Inputs -------------------------------------------------------------------------------------------
 BAD = [
-    pytest.param(
-        _with(0, lambda q: q.astype(np.float16)), "q: dtype float16", id="q-fp16", marks=pytest.mark.spec("TV.1.1")
+    _bad({"q": valid_case().q.astype(np.float16)}, "q: dtype float16", spec("TV.1.1"), "q-fp16"),
+    _bad(
+        {"q": valid_case().q[..., :512]},
+        r"q: shape \(1, 3, 2, 512\), expected \(1, 3, 2, 576\)",
+        spec("TV.1.1"),
+        "q-dim",
     ),
-    pytest.param(_with(0, lambda q: q[..., :512]), "q: last dim 512", id="q-dim", marks=pytest.mark.spec("TV.1.1")),
-    pytest.param(
-        _with(1, lambda k: k.astype(BF16)),
+    _bad({"q": np.ma.masked_array(valid_case().q)}, "q: expected a plain numpy.ndarray", spec("TV.1.1"), "q-masked"),
+    _bad({"q": _ForeignCudaArray()}, "q: .*CUDA array", spec("TV.1.1"), "q-foreign-cuda-array"),
+    _bad(
+        {"q": np.zeros((1, 3, 129, 576), np.float32)}, "q: heads H=129 is outside 1..128", spec("TV.1.1"), "heads-129"
+    ),
+    _bad({"q": np.zeros((1, 3, 0, 576), np.float32)}, "q: heads H=0 is outside 1..128", spec("TV.1.1"), "heads-0"),
+    _bad(
+        {"kv_cache": valid_case().kv_cache.astype(BF16)},
         "kv_cache: dtype bfloat16, expected float32",
-        id="kv-dtype-mismatch",
-        marks=pytest.mark.spec("TV.1.1"),
+        spec("TV.1.1"),
+        "kv-dtype-mismatch",
     ),
-    pytest.param(
-        _with(4, lambda v: v[:, :2]), r"visibility: shape \(1, 2, 1\)", id="vis-shape", marks=pytest.mark.spec("TV.1.1")
+    _bad(
+        {"kv_cache": np.zeros((2, 0, 576), np.float32)},
+        "kv_cache: page size page_size=0 is outside 1..1024",
+        spec("TV.1.1"),
+        "page-size-zero",
     ),
-    pytest.param(
-        _with(5, lambda s: float("nan")),
-        "softmax_scale: nan must be a finite float > 0",
-        id="scale-nan",
-        marks=pytest.mark.spec("TV.1.1"),
+    _bad({"kv_cache": np.zeros((0, 4, 576), np.float32)}, "kv_cache: pages num_pages=0", spec("TV.1.1"), "no-pages"),
+    _bad({"visibility": valid_case().visibility[:, :2]}, r"visibility: shape \(1, 2, 1\)", spec("TV.1.1"), "vis-shape"),
+    _bad({"softmax_scale": float("nan")}, "softmax_scale: nan is not finite", spec("TV.1.1"), "scale-nan"),
+    _bad({"softmax_scale": 0.0}, "softmax_scale: 0.0 must be > 0", spec("TV.1.1"), "scale-zero"),
+    _bad({"softmax_scale": -0.1}, "softmax_scale: -0.1 must be > 0", spec("TV.1.1"), "scale-negative"),
+    _bad({"softmax_scale": 1e39}, "softmax_scale: 1e\\+39 overflows float32", spec("TV.1.1"), "scale-overflows-fp32"),
+    _bad(
+        {"softmax_scale": 1e-50}, "softmax_scale: 1e-50 rounds to 0 in float32", spec("TV.1.1"), "scale-underflows-fp32"
     ),
-    pytest.param(_with(5, lambda s: 0.0), "softmax_scale: 0.0", id="scale-zero", marks=pytest.mark.spec("TV.1.1")),
-    pytest.param(
-        _with(2, lambda t: np.where(t == t[0, 0], 999, t).astype(np.int32)),
+    _bad({"softmax_scale": True}, "softmax_scale: expected a real number, got bool", spec("TV.1.1"), "scale-bool"),
+    _bad({"softmax_scale": "0.1"}, "softmax_scale: expected a real number, got str", spec("TV.1.1"), "scale-str"),
+    _bad(
+        {
+            "block_table": np.where(
+                valid_case().block_table == valid_case().block_table[0, 0], 999, valid_case().block_table
+            ).astype(np.int32)
+        },
         r"block_table: \[0, 0\] = 999 is not a page index",
-        id="page-range",
-        marks=pytest.mark.spec("TV.1.2"),
+        spec("TV.1.2"),
+        "page-range",
     ),
-    pytest.param(
-        _with(3, lambda p: np.array([40], np.int32)),
+    _bad(
+        {"prefix_lens": np.array([40], np.int32)},
         "block_table: request 0 needs 11 pages",
-        id="table-short",
-        marks=pytest.mark.spec("TV.1.2"),
+        spec("TV.1.2"),
+        "table-short",
     ),
-    pytest.param(
-        _with(3, lambda p: np.array([-3], np.int32)),
-        "prefix_lens: negative length",
-        id="prefix-negative",
-        marks=pytest.mark.spec("TV.1.2"),
+    _bad({"prefix_lens": np.array([-3], np.int32)}, "prefix_lens: negative length", spec("TV.1.2"), "prefix-negative"),
+    _bad(
+        {"prefix_lens": np.array([2**31 - 1], np.int32)},
+        "prefix_lens: request 0: prefix 2147483647 \\+ 3 tree rows .* exceeds the context limit 262144",
+        spec("TV.1.2"),
+        "prefix-int32-max",
     ),
-    pytest.param(
-        _with(4, _vis(lambda v: v.__setitem__((0, 1, 0), 2))),
+    _bad(
+        {"visibility": _vis(lambda v: v.__setitem__((0, 1, 0), 2))},
         "row 1 does not see the root",
-        id="no-root",
-        marks=pytest.mark.spec("TV.1.3"),
+        spec("TV.1.3"),
+        "no-root",
     ),
-    pytest.param(
-        _with(4, _vis(lambda v: v.__setitem__((0, 1, 0), 1))),
+    _bad(
+        {"visibility": _vis(lambda v: v.__setitem__((0, 1, 0), 1))},
         "row 1 does not see itself",
-        id="no-self",
-        marks=pytest.mark.spec("TV.1.3"),
+        spec("TV.1.3"),
+        "no-self",
     ),
-    pytest.param(
-        _with(4, _vis(lambda v: v.__setitem__((0, 1, 0), 0b111))),
+    _bad(
+        {"visibility": _vis(lambda v: v.__setitem__((0, 1, 0), 0b111))},
         "row 1 sees a later row 2",
-        id="sees-later",
-        marks=pytest.mark.spec("TV.1.3"),
+        spec("TV.1.3"),
+        "sees-later",
     ),
-    pytest.param(
-        _with(4, _vis(lambda v: v.__setitem__((0, 0, 0), 0b1001))),
+    _bad(
+        {"visibility": _vis(lambda v: v.__setitem__((0, 0, 0), 0b1001))},
         "bits beyond Q=3 are set",
-        id="beyond-Q",
-        marks=pytest.mark.spec("TV.1.3"),
+        spec("TV.1.3"),
+        "beyond-Q",
     ),
-    pytest.param(
-        _with(4, _vis(lambda v: v.__setitem__((0, 2, 0), 0b110))),
+    _bad(
+        {"visibility": _vis(lambda v: v.__setitem__((0, 2, 0), 0b110))},
         "row 2 does not see the root",
-        id="not-closure",
-        marks=pytest.mark.spec("TV.1.3"),
+        spec("TV.1.3"),
+        "not-closure",
     ),
 ]
 
 
-@pytest.mark.parametrize("case,message", BAD)
-def test_bad_input_rejected_with_argument_named(impl, case, message):
+@pytest.mark.parametrize("changes,message", BAD)
+def test_bad_input_rejected_with_argument_named(impl, changes, message):
     with pytest.raises(InputError, match=message):
-        run(impl, case)
+        run(impl, valid_case().with_args(**changes))
+
+
+@pytest.mark.spec("TV.1.1")
+def test_integer_scale_is_a_real_number(impl):
+    """softmax_scale = 1 (an int) is a valid real number: the same result as 1.0."""
+    case = valid_case()
+    a = run(impl, case.with_args(softmax_scale=1))
+    b = run(impl, case.with_args(softmax_scale=1.0))
+    assert_bit_exact(a.out, b.out, what="out", spec_id="TV.1.1")
 
 
 @pytest.mark.spec("TV.1.3")
 def test_non_closure_mask_rejected(impl):
     """Row 3 with parent 2 must contain all of row 2 (0, 1, 2); 0b1101 drops node 1."""
-    par = np.array([-1, 0, 1, 2], np.int32)
-    c = valid_case(Q=3)
-    from reference.tree_build import layouts
-
-    vis = layouts(par[None], hh.depths_of(par)[None], np.array([4], np.int32), np.array([5], np.int32))[0]
+    case = tree_case([-1, 0, 1, 2], [5])
+    vis = case.visibility.copy()
     vis[0, 3, 0] = 0b1101  # sees 0, 2, 3 but not 1, an ancestor of its parent 2
-    rng = np.random.default_rng(0)
-    q, kv, bt = hh.build_paged_cache(rng, np.float32, np.array([5], np.int32), 4, 4, 2)
     with pytest.raises(InputError, match="row 3 is not its parent's row plus itself"):
-        run(impl, [q, kv, bt, np.array([5], np.int32), vis, c[5]])
+        run(impl, case.with_args(visibility=vis))
+
+
+@pytest.mark.spec("TV.1.4")
+def test_usable_after_bad_input(impl):
+    """A rejected call leaves the implementation (and the device) usable, with the right answer next."""
+    good = valid_case()
+    want = run(impl, good)
+    for bad in BAD:
+        changes, _ = bad.values
+        with pytest.raises(InputError):
+            run(impl, good.with_args(**changes))
+        again = run(impl, good)
+        assert_bit_exact(again.out, want.out, what="out", spec_id="TV.1.4")
 
 
 # --- TV.2 Numerics ------------------------------------------------------------------------------------------
-@pytest.mark.spec("TV.2.1", "TV.2.2")
+def lse_clause(dtype):
+    return "TV.2.3" if np.dtype(dtype) == np.float32 else "TV.2.9"
+
+
+def check_against_oracle(case, got, out_clause, lse_clause):
+    o64, l64 = oracle(case)
+    q = case.q
+    assert got.out.dtype == q.dtype and got.out.shape == q.shape[:3] + (limits.LATENT,)
+    assert got.lse.dtype == np.float32 and got.lse.shape == q.shape[:3]
+    assert_close(got.out.astype(np.float64), o64, what="out", spec_id=out_clause, **tol(out_clause))
+    assert_close(got.lse.astype(np.float64), l64, what="lse", spec_id=lse_clause, **tol(lse_clause))
+    for b in range(q.shape[0]):
+        assert_cosine(got.out[b].astype(np.float64), o64[b], what=f"out[{b}]", spec_id="TV.2.7")
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.7", "TV.2.9")
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
 @HEAVY
 @given(data=st.data())
 def test_matches_float64_oracle(impl, dtype, data):
     case = data.draw(hh.paged_cases(dtype=dtype), label="case")
-    q, kv, bt, pre, vis, scale, *_ = case
-    out, lse = run(impl, case)
-    o64, l64 = ref.tree_verify(q, kv, bt, pre, vis, scale, precision="float64")
-    cid = "TV.2.1" if dtype == np.float32 else "TV.2.2"
-    assert out.dtype == q.dtype and out.shape == q.shape[:3] + (512,)
-    assert lse.dtype == np.float32 and lse.shape == q.shape[:3]
-    assert_close(out.astype(np.float64), o64, what="out", spec_id=cid, **tol(cid))
-    assert_close(lse.astype(np.float64), l64, what="lse", spec_id=cid, **tol(cid))
+    got = run(impl, case)
+    check_against_oracle(case, got, "TV.2.1" if dtype == np.float32 else "TV.2.2", lse_clause(dtype))
+
+
+@pytest.mark.spec("TV.2.8")
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("H", [1, 64])
+def test_large_logits_q_times_100(impl, dtype, H):
+    """q × 100 (FlashInfer #1055): logits near 160 after the scale must not overflow the softmax."""
+    case = tree_case([-1, 0, 0, 1, 1, 2], [0, 70, 300], H=H, dtype=dtype, q_scale=100.0, page_size=16)
+    got = run(impl, case)
+    assert np.isfinite(got.out.astype(np.float32)).all() and np.isfinite(got.lse).all(), "[TV.2.8] overflow"
+    o64, l64 = oracle(case)
+    out_clause = "TV.2.8" if dtype == np.float32 else "TV.2.2"  # bf16: rounding P to bf16 dominates
+    assert_close(got.out.astype(np.float64), o64, what="out", spec_id=out_clause, **tol(out_clause))
+    assert_close(got.lse.astype(np.float64), l64, what="lse", spec_id="TV.2.8", **tol("TV.2.8"))
 
 
 @pytest.mark.spec("TV.2.3", "TV.2.5")
@@ -177,8 +246,15 @@ def test_matches_float64_oracle(impl, dtype, data):
 @given(case=hh.paged_cases(heads=(1, 8, 64)))
 def test_branch_decomposition_and_natural_log_lse(impl, case):
     """Node i == chain attention over prefix + its root path (keys gathered by walking parents)."""
-    q, kv, bt, pre, _vis, scale, parents, n_nodes = case
-    out, lse = run(impl, case)
+    got = run(impl, case)
+    q, kv, bt, pre, parents, n_nodes = (
+        case.q,
+        case.kv_cache,
+        case.block_table,
+        case.prefix_lens,
+        case.parents,
+        case.n_nodes,
+    )
     for b in range(q.shape[0]):
         P = int(pre[b])
         for i in range(q.shape[1]):
@@ -186,17 +262,35 @@ def test_branch_decomposition_and_natural_log_lse(impl, case):
             while j != -1:
                 path.append(j)
                 j = int(parents[b, j]) if i < n_nodes[b] else (0 if j != 0 else -1)
-            keys = ref.cache_rows(kv, bt, b, np.concatenate([np.arange(P), P + np.array(sorted(path))]))
-            o, l = oracles.chain_attention(q[b, i], keys, scale)
-            assert_close(out[b, i].astype(np.float64), o, what=f"out[{b},{i}]", spec_id="TV.2.5", **tol("TV.2.5"))
-            assert_close(lse[b, i].astype(np.float64), l, what=f"lse[{b},{i}]", spec_id="TV.2.3", **tol("TV.2.3"))
+            keys = cache_rows(kv, bt, b, np.concatenate([np.arange(P), P + np.array(sorted(path))]))
+            o, l = oracles.chain_attention(q[b, i], keys, case.softmax_scale)
+            out_b = got.out[b, i].astype(np.float64)
+            assert_close(out_b, o, what=f"out[{b},{i}]", spec_id="TV.2.5", **tol("TV.2.5"))
+            assert_close(got.lse[b, i].astype(np.float64), l, what=f"lse[{b},{i}]", spec_id="TV.2.3", **tol("TV.2.3"))
+
+
+@pytest.mark.spec("TV.2.5", "TV.2.3", "TV.2.9")
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
+def test_chain_tree_is_causal_attention(impl, dtype):
+    """A chain-shaped tree (every node the child of the previous) is causal attention over prefix + tree."""
+    Q = 40  # two visibility words
+    case = tree_case(np.arange(-1, Q - 1), [0, 33], H=8, dtype=dtype, page_size=7)
+    got = run(impl, case)
+    for b, P in enumerate(case.prefix_lens):
+        keys = cache_rows(case.kv_cache, case.block_table, b, np.arange(P + Q))
+        for i in range(Q):
+            o, l = oracles.chain_attention(case.q[b, i], keys[: P + i + 1], case.softmax_scale)
+            assert_close(got.out[b, i].astype(np.float64), o, what=f"out[{b},{i}]", spec_id="TV.2.5", **out_tol(dtype))
+            lc = lse_clause(dtype)
+            assert_close(got.lse[b, i].astype(np.float64), l, what=f"lse[{b},{i}]", spec_id=lc, **tol(lc))
 
 
 @pytest.mark.spec("TV.2.4")
 @HEAVY
 @given(case=hh.paged_cases(heads=(1, 2, 4), max_bs=2), seed=st.integers(0, 2**32 - 1))
 def test_absorb_equals_non_absorbed_mla(impl, case, seed):
-    q, kv, bt, pre, vis, scale, _parents, _n_nodes = case
+    q, kv, bt, pre, vis = case.q, case.kv_cache, case.block_table, case.prefix_lens, case.visibility
+    scale = case.softmax_scale
     bs, Q, H, _ = q.shape
     rng = np.random.default_rng(seed)
     w_uk = rng.standard_normal((H, 128, 512)) / np.sqrt(512)
@@ -204,73 +298,110 @@ def test_absorb_equals_non_absorbed_mla(impl, case, seed):
     q_nope = rng.standard_normal((bs, Q, H, 128))
     q_abs = np.concatenate([np.einsum("bqhd,hdl->bqhl", q_nope, w_uk), q[..., 512:].astype(np.float64)], -1)
     q_abs = q_abs.astype(np.float32)
-    out, _ = run(impl, [q_abs, kv, bt, pre, vis, scale])
-    bits = ref.unpack_visibility(vis, Q)
+    got = run(impl, case.with_args(q=q_abs))
+    bits = unpack_visibility(vis, Q)
     for b in range(bs):
         P = int(pre[b])
-        rows = ref.cache_rows(kv, bt, b, np.arange(P + Q)).astype(np.float64)
+        rows = cache_rows(kv, bt, b, np.arange(P + Q)).astype(np.float64)
         for i in range(Q):
             visible = np.concatenate([np.arange(P), P + np.flatnonzero(bits[b, i])])
-            # q_nope is taken back from the fp32-rounded absorbed q so both sides see the same inputs
             want = oracles.non_absorbed_attention(
                 q_nope[b, i], q[b, i, :, 512:], rows[:, :512], rows[:, 512:], w_uk, w_uv, scale, visible
             )
-            got = np.einsum("hl,hld->hd", out[b, i].astype(np.float64), w_uv)
+            out = np.einsum("hl,hld->hd", got.out[b, i].astype(np.float64), w_uv)
             ref_abs = np.einsum("hl,hld->hd", oracles.chain_attention(q_abs[b, i], rows[visible], scale)[0], w_uv)
             assert_close(ref_abs, want, what=f"oracle consistency [{b},{i}]", spec_id="TV.2.4", rtol=1e-6, atol=1e-6)
-            assert_close(got, want, what=f"out·W_UV[{b},{i}]", spec_id="TV.2.4", **tol("TV.2.4"))
+            assert_close(out, want, what=f"out·W_UV[{b},{i}]", spec_id="TV.2.4", **tol("TV.2.4"))
 
 
 @pytest.mark.spec("TV.2.6")
 @HEAVY
 @given(case=hh.paged_cases(heads=(1, 8), prefixes=(1, 63, 300)), c=st.sampled_from([0.5, 2.0, 4.0]))
 def test_scale_applies_once_to_logits(impl, case, c):
-    q, kv, bt, pre, vis, scale, *_ = case
-    out, lse = run(impl, case)
-    q2 = (q.astype(np.float64) * c).astype(np.float32)
-    out2, lse2 = run(impl, [q2, kv, bt, pre, vis, scale / c])
+    got = run(impl, case)
+    q2 = (case.q.astype(np.float64) * c).astype(np.float32)
+    got2 = run(impl, case.with_args(q=q2, softmax_scale=case.softmax_scale / c))
+    kw = tol("TV.2.6")
     assert_close(
-        out2.astype(np.float64), out.astype(np.float64), what="out (q*c, scale/c)", spec_id="TV.2.6", **tol("TV.2.6")
+        got2.out.astype(np.float64), got.out.astype(np.float64), what="out (q*c, scale/c)", spec_id="TV.2.6", **kw
     )
     assert_close(
-        lse2.astype(np.float64), lse.astype(np.float64), what="lse (q*c, scale/c)", spec_id="TV.2.6", **tol("TV.2.6")
+        got2.lse.astype(np.float64), got.lse.astype(np.float64), what="lse (q*c, scale/c)", spec_id="TV.2.6", **kw
     )
-    out3, _ = run(impl, [q, kv, bt, pre, vis, scale * c])
-    assert np.abs(out3.astype(np.float64) - out).max() > 1e-4, "[TV.2.6] output ignores softmax_scale"
+    got3 = run(impl, case.with_args(softmax_scale=case.softmax_scale * c))
+    assert np.abs(got3.out.astype(np.float64) - got.out).max() > 1e-4, "[TV.2.6] output ignores softmax_scale"
 
 
 # --- TV.3 Exact properties ------------------------------------------------------------------------------------
+def seen_by(case, b, queries):
+    """[num_pages, page_size] mask of the cache rows that any of request b's `queries` sees."""
+    kv, bt, P = case.kv_cache, case.block_table, int(case.prefix_lens[b])
+    bits = unpack_visibility(case.visibility, case.q.shape[1])
+    seen = np.zeros(kv.shape[:2], bool)
+    ps = kv.shape[1]
+    for i in queries:
+        for p in np.concatenate([np.arange(P), P + np.flatnonzero(bits[b, i])]):
+            seen[bt[b, p // ps], p % ps] = True
+    return seen
+
+
 @pytest.mark.spec("TV.3.1")
 @HEAVY
 @given(case=hh.paged_cases(), data=st.data())
-def test_invisible_rows_do_not_change_a_bit(impl, case, data):
-    q, kv, bt, pre, vis, scale, *_ = case
-    out, lse = run(impl, case)
-    bs, Q = q.shape[:2]
+def test_rows_no_query_sees_can_hold_any_bits(impl, case, data):
+    """Rows no query of the request sees (pads, rows past its length, unreferenced pages) become NaN or
+    ±Inf: none of the request's output bits move."""
+    got = run(impl, case)
+    bs, Q = case.q.shape[:2]
+    b = data.draw(st.integers(0, bs - 1), label="request")
+    poison = data.draw(st.sampled_from(["nan", "+inf", "-inf"]), label="poison")
+    kv2 = case.kv_cache.copy()
+    unseen = ~seen_by(case, b, range(Q))
+    if poison == "nan":
+        hh.poison(kv2, unseen)
+    else:
+        kv2[unseen] = np.inf if poison == "+inf" else -np.inf
+    got2 = run(impl, case.with_args(kv_cache=kv2))
+    assert_bit_exact(got2.out[b], got.out[b], what=f"out[{b}]", spec_id="TV.3.1")
+    assert_bit_exact(got2.lse[b], got.lse[b], what=f"lse[{b}]", spec_id="TV.3.1")
+
+
+@pytest.mark.spec("TV.3.5")
+@HEAVY
+@given(case=hh.paged_cases(max_nodes=40), data=st.data())
+def test_tree_rows_seen_by_siblings_cannot_reach_a_query(impl, case, data):
+    """Tree rows other queries of the request see, but query i does not, take huge finite values: query i's
+    output bits do not move (a kernel multiplying a shared key tile must select, not multiply by zero)."""
+    got = run(impl, case)
+    bs, Q = case.q.shape[:2]
     b = data.draw(st.integers(0, bs - 1), label="request")
     i = data.draw(st.integers(0, Q - 1), label="query")
-    bits = ref.unpack_visibility(vis, Q)
-    kv2 = kv.copy()
-    ps = kv.shape[1]
-    seen = np.zeros(kv.shape[:2], bool)
-    for p in np.concatenate([np.arange(pre[b]), pre[b] + np.flatnonzero(bits[b, i])]):
-        seen[bt[b, p // ps], p % ps] = True
-    hh.poison(kv2, ~seen)  # everything this query cannot see, in every page, becomes NaN
-    out2, lse2 = run(impl, [q, kv2, bt, pre, vis, scale])
-    assert_bit_exact(out2[b, i], out[b, i], what=f"out[{b},{i}]", spec_id="TV.3.1")
-    assert_bit_exact(lse2[b, i : i + 1], lse[b, i : i + 1], what=f"lse[{b},{i}]", spec_id="TV.3.1")
+    others = seen_by(case, b, range(Q)) & ~seen_by(case, b, [i])
+    kv2 = case.kv_cache.copy()
+    huge = np.float32(3.0e38) if kv2.dtype == np.float32 else np.float32(3.0e38).astype(BF16)
+    sign = np.where(
+        np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed")).random(kv2.shape) < 0.5, -1, 1
+    )
+    kv2[others] = (sign[others] * huge).astype(kv2.dtype)
+    got2 = run(impl, case.with_args(kv_cache=kv2))
+    assert_bit_exact(got2.out[b, i], got.out[b, i], what=f"out[{b},{i}]", spec_id="TV.3.5")
+    assert_bit_exact(got2.lse[b, i : i + 1], got.lse[b, i : i + 1], what=f"lse[{b},{i}]", spec_id="TV.3.5")
 
 
 @pytest.mark.spec("TV.3.2", "TV.3.3")
 @HEAVY
 @given(case=hh.paged_cases(max_bs=3, heads=(1, 8, 64)), data=st.data())
 def test_deterministic_and_batch_invariant(impl, case, data):
-    q, kv, bt, pre, vis, scale, *_ = case
-    out, lse = run(impl, case)
-    again = run(impl, case)
-    assert_bit_exact(again[0], out, what="out", spec_id="TV.3.2")
-    assert_bit_exact(again[1], lse, what="lse", spec_id="TV.3.2")
-    b = data.draw(st.integers(0, q.shape[0] - 1), label="request")
-    one = run(impl, [q[b : b + 1], kv, bt[b : b + 1], pre[b : b + 1], vis[b : b + 1], scale])
-    assert_bit_exact(one[0], out[b : b + 1], what="out", spec_id="TV.3.3")
-    assert_bit_exact(one[1], lse[b : b + 1], what="lse", spec_id="TV.3.3")
+    got = run(impl, case)
+    for _ in range(min(impl.reruns, 5)):
+        again = run(impl, case)
+        assert_bit_exact(again.out, got.out, what="out", spec_id="TV.3.2")
+        assert_bit_exact(again.lse, got.lse, what="lse", spec_id="TV.3.2")
+    layout = run(impl, case.with_args(q=np.asfortranarray(case.q), kv_cache=np.asfortranarray(case.kv_cache)))
+    assert_bit_exact(layout.out, got.out, what="out (Fortran-order inputs)", spec_id="TV.3.2")
+    b = data.draw(st.integers(0, case.q.shape[0] - 1), label="request")
+    one = slice(b, b + 1)
+    args = {k: case.args[k][one] for k in ("q", "block_table", "prefix_lens", "visibility")}
+    alone = run(impl, case.with_args(**args))
+    assert_bit_exact(alone.out, got.out[one], what="out", spec_id="TV.3.3")
+    assert_bit_exact(alone.lse, got.lse[one], what="lse", spec_id="TV.3.3")

@@ -1,56 +1,128 @@
-"""The implementations under test, selected by the `impl` fixture and `--impl`.
+"""The implementations under test: one registry, and the one place that decides whether an implementation
+can run a case here (the `impl` fixture and `harness.cases.run` skip with its reason).
 
-Each implementation exposes the three ops under one slug each: `tree_build`, `tree_verify`,
-`tree_accept`. An op an implementation does not have raises `Unavailable`, which the fixture turns
-into a skip naming why.
+Names: `reference` (numpy), `cuda:VARIANT` (one kernel variant per op that has it; `cuda` selects every
+variant), `engine-cpu` and `engine-cuda` (the C++ engine binary through KDTR files). Each implementation
+declares what it can do: its ops, the input dtypes each takes, whether it takes device arrays, where it
+runs, and how many reruns a determinism check gives it.
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from kernels_cu import specs
 
 from . import device
 
-ALL = ("reference", "cuda", "engine-cpu", "engine-cuda")
-GPU_IMPLS = frozenset({"cuda", "engine-cuda"})
 OPS = ("tree_build", "tree_verify", "tree_accept")
+KINDS = ("reference", "cuda", "engine-cpu", "engine-cuda")
 
 
 class Unavailable(Exception):
-    """This implementation (or this op of it) cannot run here; the message says why."""
+    """This implementation (or this op of it, or this case for it) cannot run here; the message says why."""
 
 
+@dataclasses.dataclass(frozen=True)
 class Impl:
-    def __init__(self, name: str, ops: dict):
-        self.name = name
-        self._ops = ops
+    name: str  # "reference", "cuda:heap_smem", ...
+    kind: str  # one of KINDS
+    variant: str | None
+    loaders: dict[str, Callable[[], Callable]]  # op -> loader of the op function
+    dtypes: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # narrower than the contract
+    on_gpu: bool = False
+    takes_device_arrays: bool = False
+    reruns: int = 3  # determinism checks: more for implementations whose scheduling varies
+    why_not: str | None = None  # set when the implementation cannot run on this machine at all
 
     def op(self, slug: str):
-        fn = self._ops.get(slug)
-        if fn is None:
-            raise Unavailable(f"{self.name} has no {slug} (planned)")
-        return fn
+        """The op function, or Unavailable naming why not."""
+        if self.why_not:
+            raise Unavailable(f"{self.name}: {self.why_not}")
+        if slug not in self.loaders:
+            raise Unavailable(f"{self.name} has no {slug} kernel (it is a variant of {', '.join(self.loaders)})")
+        return self.loaders[slug]()
+
+    def check_dtype(self, slug: str, dtype) -> None:
+        allowed = self.dtypes.get(slug)
+        if allowed is not None and np.dtype(dtype).name not in allowed:
+            raise Unavailable(f"{self.name} takes {' or '.join(allowed)} for {slug}, not {np.dtype(dtype).name}")
 
     def __repr__(self):
         return f"Impl({self.name})"
 
 
+def _reference() -> Impl:
+    import importlib
+
+    return Impl(
+        "reference",
+        "reference",
+        None,
+        {op: (lambda op=op: getattr(importlib.import_module(f"reference.{op}"), op)) for op in OPS},
+    )
+
+
+def _cuda(variant: str) -> Impl:
+    from kernels_cu import ops
+
+    mine = [s for s in specs.SPECS if s.variant == variant]
+    p = device.probe()
+    why = None if p.ok else f"GPU unavailable: {p.reason}"
+    if p.ok and not any(s.runs_on(p.arch) for s in mine):
+        why = f"built for {', '.join(sorted({a for s in mine for a in s.archs}))}, this GPU is {p.arch}"
+    return Impl(
+        f"cuda:{variant}",
+        "cuda",
+        variant,
+        {s.slug: (lambda s=s: ops.function(s.slug, s.variant)) for s in mine},
+        dtypes={s.slug: s.dtypes for s in mine if s.dtypes},
+        on_gpu=True,
+        takes_device_arrays=True,
+        reruns=100,
+        why_not=why,
+    )
+
+
+def _engine(kind: str) -> Impl:
+    return Impl(kind, kind, None, {}, on_gpu=kind == "engine-cuda", why_not="the C++ engine is not built")
+
+
+def names() -> list[str]:
+    """Every implementation name, `cuda` expanded to its variants."""
+    return ["reference", *(f"cuda:{v}" for v in specs.variants()), "engine-cpu", "engine-cuda"]
+
+
+def expand(selected: list[str] | None) -> list[str]:
+    """--impl values to implementation names: none = all; `cuda` = every variant; `cuda:NAME` = one."""
+    out = []
+    for s in selected or KINDS:
+        out += [n for n in names() if n.split(":")[0] == s] if s == "cuda" else [s]
+    unknown = [n for n in out if n not in names()]
+    if unknown:
+        raise ValueError(f"--impl: unknown implementation {', '.join(unknown)} (have: {', '.join(names())}, cuda)")
+    return list(dict.fromkeys(out))
+
+
+@functools.cache
 def get(name: str) -> Impl:
     if name == "reference":
-        return Impl(name, {op: getattr(importlib.import_module(f"reference.{op}"), op) for op in OPS})
-    if name == "cuda":
-        p = device.probe()
-        if not p.ok:
-            raise Unavailable(f"GPU unavailable: {p.reason}")
-        ops = importlib.import_module("kernels_cu.ops")
-        return Impl(name, {op: getattr(ops, op) for op in OPS if hasattr(ops, op)})
-    raise Unavailable(f"{name}: the C++ engine binary is not part of this build yet (engine/ is planned)")
+        return _reference()
+    if name.startswith("cuda:"):
+        return _cuda(name.removeprefix("cuda:"))
+    if name in ("engine-cpu", "engine-cuda"):
+        return _engine(name)
+    raise Unavailable(f"unknown implementation {name!r}")
 
 
 def device_label(impl: str, arch: str | None, gpu_marked: bool) -> str:
     if arch:
         return f"compile-only {arch}"
-    if impl in GPU_IMPLS or gpu_marked:
+    if impl.startswith("cuda") or impl == "engine-cuda" or gpu_marked:
         p = device.probe()
         return f"{p.name} {p.arch}" if p.ok else "gpu (absent)"
     return "cpu"

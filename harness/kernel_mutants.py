@@ -1,8 +1,16 @@
-"""Deliberately broken CUDA kernels: each is a textual patch of kernels_cu/<op>.cu applied at compile time
-when KDTR_KERNEL_MUTANT names it (the cache key hashes the patched source). meta/test_kernel_mutants.py runs
-the op's conformance tests with --impl cuda against each and requires a failure."""
+"""Deliberately broken CUDA kernels: each is a source patch on the op's kernel build specs (every variant of
+that source), so the cache key hashes the patched source and nothing in kernels_cu knows about mutants.
+
+A pytest plugin: `pytest -p harness.kernel_mutants --kernel-mutant NAME ...` swaps the patched specs in
+before collection. meta/test_kernel_mutants.py runs the op's conformance tests with --impl cuda against each
+mutant and requires a failure.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+
+from kernels_cu import specs
 
 MUTANTS = {
     "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;"),
@@ -32,12 +40,19 @@ MUTANTS = {
 }
 
 
-def apply(slug: str, source: str, name: str) -> str:
-    op, old, new = MUTANTS[name]
-    if op != slug:
-        return source
-    if old not in source:
-        raise ValueError(
-            f"kernel mutant {name}: text to patch not found in {slug}.cu (update harness/kernel_mutants.py)"
-        )
-    return source.replace(old, new, 1)
+def mutated_specs(name: str) -> list[specs.KernelSpec]:
+    """The op's specs with the mutant's patch added (ValueError if the patch no longer matches the source:
+    checked when the spec is compiled)."""
+    slug, old, new = MUTANTS[name]
+    return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug)]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--kernel-mutant", help="compile the kernels of this mutant's op with its patch")
+
+
+def pytest_configure(config):
+    name = config.getoption("--kernel-mutant")
+    if name:
+        for spec in mutated_specs(name):
+            specs.replace_spec(spec)

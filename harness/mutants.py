@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from contract import TREE_VERIFY, Verified
 from reference import tree_accept as ta
 from reference import tree_build as tb
 from reference import tree_verify as tv
@@ -120,12 +121,27 @@ def _bonus_from_parent(acc, tokens, fc, ns, target, max_depth, **k):
     return acc
 
 
-def _leaky_rows(orig):
-    def rows(kv_cache, block_table, b, positions):
-        # every query also reads the row after its last visible one (an invisible row leaks in)
-        return orig(kv_cache, block_table, b, np.append(positions, positions[-1] + 1))
+def _leaky_visibility(orig):
+    def unpack(vis, D):
+        # every query also sees the tree row after itself (an invisible row leaks in)
+        bits = orig(vis, D).copy()
+        i = np.arange(D - 1)
+        bits[..., i, i + 1] = True
+        return bits
 
-    return rows
+    return unpack
+
+
+def _scale_changed(change):
+    """tree_verify called with softmax_scale replaced by change(softmax_scale), whatever the call's form."""
+    orig = tv.tree_verify
+
+    def mutated(*a, **k):
+        named = TREE_VERIFY.bind(*a, **k)
+        named["softmax_scale"] = change(named["softmax_scale"])
+        return orig(**named)
+
+    return mutated
 
 
 MUTANTS = {
@@ -203,30 +219,22 @@ MUTANTS = {
     "tv_wrong_scale": (
         "tree_verify",
         "1/sqrt(576) instead of the given softmax_scale",
-        lambda: _set(
-            tv,
-            "tree_verify",
-            (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, 576**-0.5, **k))(tv.tree_verify),
-        ),
+        lambda: _set(tv, "tree_verify", _scale_changed(lambda s: 576**-0.5)),
     ),
     "tv_scale_squared": (
         "tree_verify",
         "scale applied twice",
-        lambda: _set(
-            tv,
-            "tree_verify",
-            (lambda o: lambda q, kv, bt, p, v, s, **k: o(q, kv, bt, p, v, s * s, **k))(tv.tree_verify),
-        ),
+        lambda: _set(tv, "tree_verify", _scale_changed(lambda s: s * s)),
     ),
     "tv_lse_base2": (
         "tree_verify",
         "lse in base 2",
-        lambda: _wrap(tv, "tree_verify", lambda r, *a, **k: (r[0], (r[1] / math.log(2)).astype(r[1].dtype))),
+        lambda: _wrap(tv, "tree_verify", lambda r, *a, **k: Verified(r.out, (r.lse / math.log(2)).astype(r.lse.dtype))),
     ),
     "tv_invisible_row_leaks": (
         "tree_verify",
         "each query also attends to one row it cannot see",
-        lambda: _set(tv, "cache_rows", _leaky_rows(tv.cache_rows)),
+        lambda: _set(tv, "unpack_visibility", _leaky_visibility(tv.unpack_visibility)),
     ),
     "tv_no_bf16_p_rounding": (
         "tree_verify",

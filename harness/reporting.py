@@ -43,7 +43,7 @@ class _Collector:
         props = dict(p for p in report.user_properties if isinstance(p, tuple) and len(p) == 2)
         for key, value in report.user_properties:
             if key == "kernel_resources":
-                self.resources[f"{value['kernel']}@{value['arch']}"] = value
+                self.resources[f"{value['kernel']}:{value.get('variant', '-')}@{value['arch']}"] = value
             elif key == "mutants":
                 self.mutants.update(value)
             elif key == "worker_gpu":
@@ -89,12 +89,14 @@ class _Collector:
         for (sid, impl, dev), r in sorted(self.rows.items()):
             status = max((k for k in RANK if r[k]), key=RANK.get, default="skipped")
             c = reg.get(sid)
+            kind, _, variant = impl.partition(":")
             rows.append(
                 {
                     "clause": sid,
                     "title": c.title if c else "?",
                     "accuracy": c.accuracy if c else "?",
-                    "impl": impl,
+                    "impl": kind,
+                    "variant": variant or "-",
                     "device": dev,
                     "status": {"passed": "pass", "failed": "fail", "xfailed": "xfail", "skipped": "skip"}[status],
                     **{k: r[k] for k in ("passed", "failed", "skipped", "xfailed")},
@@ -166,13 +168,14 @@ def render_markdown(data: dict) -> str:
     if s["clauses_without_result"]:
         lines += [f"Clauses with no result in this run: {', '.join(s['clauses_without_result'])}", ""]
     lines += [
-        "| clause | title | accuracy | impl | device | status | pass/fail/skip | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| clause | title | accuracy | impl | variant | device | status | pass/fail/skip | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         note = "; ".join(r["skip_reasons"])[:160] if r["status"] == "skip" else ""
         lines.append(
-            f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r['device']} | "
+            f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r.get('variant', '-')} | "
+            f"{r['device']} | "
             f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |"
         )
     if data["kernel_resources"]:
@@ -180,12 +183,13 @@ def render_markdown(data: dict) -> str:
             "",
             "## Kernel resources (ptxas -v)",
             "",
-            "| kernel | arch | registers | smem bytes | stack bytes | spill stores | spill loads |",
-            "|---|---|---|---|---|---|---|",
+            "| kernel | variant | arch | registers | smem bytes | stack bytes | spill stores | spill loads |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for k in data["kernel_resources"]:
             lines.append(
-                f"| {k['kernel']} | {k['arch']} | {k['registers']} | {k['smem']} | {k['stack']} | "
+                f"| {k['kernel']} | {k.get('variant', '-')} | {k['arch']} | {k['registers']} | {k['smem']} | "
+                f"{k['stack']} | "
                 f"{k['spill_stores']} | {k['spill_loads']} |"
             )
     if data["mutants"]:

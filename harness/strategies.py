@@ -7,6 +7,8 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from .cases import Case
+
 # ------------------------------------------------------------------------------------------- KDTR
 KDTR_DTYPES = [
     np.dtype(d)
@@ -55,17 +57,6 @@ def kdtr_contents():
 
 
 # ------------------------------------------------------------------------------------------- tree_build
-class TopK(tuple):
-    """(top_logp, top_ids, root_tokens, budget, prefix_lens) with a readable repr for failure reports."""
-
-    def __repr__(self):
-        lp, ids, roots, B, pre = self
-        return (
-            f"TopK(bs={lp.shape[0]}, L={lp.shape[1]}, K_in={lp.shape[2]}, B={B}, prefix={pre.tolist()}, "
-            f"lp={lp.tolist()!r}, ids={ids.tolist()!r}, roots={roots.tolist()})"
-        )
-
-
 def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> np.ndarray:
     """Sorted (non-increasing) log-prob rows. 'bf16' and 'coarse' make ties common."""
     raw = -rng.exponential(2.0, shape)
@@ -113,7 +104,15 @@ def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None,
     )
     roots = rng.integers(0, vocab + 1, bs).astype(np.int32)
     prefix = rng.choice([0, 1, 5, 63, 64, 65, max_prefix], bs).astype(np.int32)
-    return TopK((lp, ids, roots, B, prefix))
+    return topk_case(lp, ids, roots, B, prefix, with_full_mask=draw(st.booleans(), label="with_full_mask"))
+
+
+def topk_case(top_logp, top_ids, root_tokens, budget, prefix_lens=None, **kw) -> Case:
+    """A tree_build case from its arguments (the contract's names)."""
+    args = {"top_logp": top_logp, "top_ids": top_ids, "root_tokens": root_tokens, "budget": budget}
+    if prefix_lens is not None:
+        args["prefix_lens"] = prefix_lens
+    return Case("tree_build", {**args, **kw})
 
 
 # ------------------------------------------------------------------------------------------- trees
@@ -157,15 +156,17 @@ def links_of(par: np.ndarray, D: int) -> tuple[np.ndarray, np.ndarray]:
     return fc, ns
 
 
-class AcceptCase(tuple):
-    """(parents, n_nodes, tokens, first_child, next_sibling, target, max_depth)"""
-
-    def __repr__(self):
-        par, n, tok, _fc, _ns, tgt, L = self
-        return (
-            f"AcceptCase(n_nodes={n.tolist()}, max_depth={L}, parents={par.tolist()}, tokens={tok.tolist()}, "
-            f"target={tgt.tolist()})"
-        )
+def accept_case(parents, n_nodes, tokens, first_child, next_sibling, target, max_depth, **commit) -> Case:
+    """A tree_accept case; the parents and node counts behind the links travel as info for oracles."""
+    args = {
+        "tokens": tokens,
+        "first_child": first_child,
+        "next_sibling": next_sibling,
+        "target_tokens": target,
+        "max_depth": max_depth,
+        **commit,
+    }
+    return Case("tree_accept", args, {"parents": parents, "n_nodes": n_nodes})
 
 
 @st.composite
@@ -194,19 +195,22 @@ def accept_cases(draw, max_bs=4, max_nodes=33, vocab=None):
             if len(kids) and rng.random() < plant:
                 target[b, u] = tokens[b, rng.choice(kids)]
     L = L + draw(st.integers(0, 2), label="extra_depth")
-    return AcceptCase((parents, n_nodes, tokens, fc, ns, target, min(L, 32)))
+    return accept_case(parents, n_nodes, tokens, fc, ns, target, min(L, 32))
 
 
 # ------------------------------------------------------------------------------------------- paged caches
-class PagedCase(tuple):
-    """(q, kv_cache, block_table, prefix_lens, visibility, scale, parents, n_nodes)"""
-
-    def __repr__(self):
-        q, kv, _bt, pre, _vis, scale, par, _n = self
-        return (
-            f"PagedCase(q={q.shape} {q.dtype}, kv={kv.shape}, prefix={pre.tolist()}, scale={scale}, "
-            f"parents={par.tolist()})"
-        )
+def verify_case(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale, parents=None, n_nodes=None) -> Case:
+    """A tree_verify case; the parents behind the mask travel as info for the branch-decomposition oracle."""
+    args = {
+        "q": q,
+        "kv_cache": kv_cache,
+        "block_table": block_table,
+        "prefix_lens": prefix_lens,
+        "visibility": visibility,
+        "softmax_scale": softmax_scale,
+    }
+    info = {} if parents is None else {"parents": parents, "n_nodes": n_nodes}
+    return Case("tree_verify", args, info)
 
 
 def poison(a: np.ndarray, mask) -> None:
@@ -269,4 +273,4 @@ def paged_cases(
         rng, dtype, prefix, Q, page_size, H, q_scale=draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
     )
     scale = draw(st.sampled_from([0.130861, 192**-0.5, 576**-0.5, 0.144680]), label="softmax_scale")
-    return PagedCase((q, kv, bt, prefix, vis, scale, parents, n_nodes))
+    return verify_case(q, kv, bt, prefix, vis, scale, parents, n_nodes)

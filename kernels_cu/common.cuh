@@ -1,5 +1,6 @@
 // Shared definitions of the kernels. NVRTC compiles each kernels_cu/<op>.cu at run time for the GPU's arch;
-// nvcc compiles the same files for the engine. Limits mirror reference/validate.py.
+// nvcc compiles the same files for the engine. The limits come from the contract (contract_limits.cuh is
+// generated from contract/limits.py); a kernel's build spec (kernels_cu/specs.py) passes KDTR_BLOCK.
 #pragma once
 #ifdef __CUDACC_RTC__
 #include <cuda/std/cstdint>
@@ -13,11 +14,22 @@ using cuda::std::uint64_t;
 #else
 #include <cstdint>
 #include <cstddef>
+#if defined(__CUDACC__)
 #include <math_constants.h>
+#endif  // host-only C++ (the engine's CPU build) includes the geometry headers, not the kernels
 #endif
 
-#define KDTR_MAX_BATCH 1024
-#define KDTR_MAX_BUDGET 1024
-#define KDTR_MAX_DEPTH 32
-#define KDTR_MAX_TOPK 1024
-#define KDTR_HEAD_DIM 576
+#include "contract_limits.cuh"
+
+// Launch geometry is written once, as host+device constexpr functions in <op>.cuh: the kernels use them to
+// lay out shared memory, the engine's host code (nvcc) calls them directly, and the Python wrappers read
+// them through each op's geometry query kernel (never a mirrored formula).
+#if defined(__CUDACC__)
+#define KDTR_HD __host__ __device__
+#else
+#define KDTR_HD
+#endif
+
+#ifndef KDTR_BLOCK
+#define KDTR_BLOCK 128
+#endif

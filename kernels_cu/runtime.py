@@ -1,15 +1,16 @@
-"""Compile kernels_cu/<op>.cu with NVRTC (through cuda.core) and load them.
+"""Compile kernel build specs (kernels_cu/specs.py) with NVRTC through cuda.core, and load them.
 
-- `compile_kernel(slug, arch)` works without a GPU (compile-only checks in CI): cubin for the named arch,
+- `compile_kernel(spec, arch)` works without a GPU (compile-only checks in CI): cubin for the named arch,
   with the ptxas `-v` report parsed into registers / shared memory / stack / spills per entry function.
-- Results are memoized in-process and cached on disk, keyed by the source and every header it includes,
-  the options, the NVRTC version and the arch. Entries are written to a temporary file and renamed into
-  place, so concurrent workers (pytest-xdist) never see a torn entry; identical keys give identical bytes.
-  We keep our own cache rather than cuda.core's FileStreamProgramCache because we also need the ptxas log
-  next to the cubin, and cuda.core 1.2.0 (the GPU image) may not have that cache.
-- `load(slug)` loads the cubin for the current GPU (never PTX: driver 580 cannot JIT newer PTX ISAs).
-  Only call it after harness.device.probe() succeeded: cuda.core's driver APIs hang after a failed
-  get_kernel() when no driver is present.
+- Results are memoized in-process and cached on disk, keyed by the source (patches applied) and every
+  header it includes, the defines and options, the NVRTC version and the arch. Entries are written to a
+  temporary file and renamed into place, so concurrent workers (pytest-xdist) never see a torn entry.
+  We keep our own cache rather than cuda.core's program cache because we also need the ptxas log next to
+  the cubin, and cuda.core 1.2.0 (the GPU image) may not have that cache.
+- `load(spec)` loads the cubin for the current GPU (never PTX: driver 580 cannot JIT newer PTX ISAs);
+  `geometry(spec, *args)` runs the spec's geometry query kernel (launch geometry evaluated by the same
+  constexpr header functions the kernel uses). Only call these after `cuda_env.probe()` succeeded:
+  cuda.core's driver APIs hang after a failed get_kernel() when no driver is present.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ import os
 import pathlib
 import re
 import tempfile
+from typing import Any
 
-SCHEMA = 1
+import numpy as np
+
+from . import cuda_env
+from .specs import KernelSpec
+
+SCHEMA = 2
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHS = ("sm_90", "sm_120")
-ENTRY = {"tree_build": "tree_build_kernel", "tree_accept": "tree_accept_kernel"}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 _FUNC = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -42,7 +47,7 @@ class CompileError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
-    slug: str
+    spec: KernelSpec
     arch: str
     cubin: bytes
     log: str
@@ -50,16 +55,16 @@ class Compiled:
     cached: bool
 
 
-def source_with_headers(slug: str) -> tuple[str, dict[str, str]]:
-    """The op's source and every local header it (transitively) includes."""
-    path = HERE / f"{slug}.cu"
+def source_with_headers(spec: KernelSpec) -> tuple[str, dict[str, str]]:
+    """The spec's source (its patches applied) and every local header it transitively includes."""
+    path = HERE / spec.source
     if not path.is_file():
         raise FileNotFoundError(f"no kernel source {path}")
     src = path.read_text()
-    if os.environ.get("KDTR_KERNEL_MUTANT"):  # meta tests only: a deliberately broken kernel
-        from harness.kernel_mutants import apply
-
-        src = apply(slug, src, os.environ["KDTR_KERNEL_MUTANT"])
+    for old, new in spec.patches:
+        if old not in src:
+            raise ValueError(f"{spec.name}: patch text not found in {spec.source}: {old!r}")
+        src = src.replace(old, new, 1)
     headers, todo = {}, _INCLUDE.findall(src)
     while todo:
         h = todo.pop()
@@ -84,18 +89,19 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def program_options(arch: str) -> dict:
-    """The one place the NVRTC options are stated (the cache key hashes this dict).
-    No fast math and no contraction: tree_build's float64 scores follow the reference's operation order."""
-    return {
+def program_options(spec: KernelSpec, arch: str) -> dict:
+    """The one place NVRTC options are put together (the cache key hashes this dict)."""
+    opts = {
         "arch": arch,
         "std": "c++17",
         "include_path": list(include_dirs()),
         "lineinfo": True,
         "ptxas_options": ["-v"],
-        "fma": False,
-        "no_cache": True,
-    }  # NVRTC >= 12.9 caches too, and a hit skips ptxas and its -v report
+        "define_macro": [f"{k}={v}" for k, v in spec.all_defines().items()],
+        "no_cache": True,  # NVRTC >= 12.9 caches too, and a hit skips ptxas and its -v report
+    }
+    opts.update(dict(spec.options))
+    return opts
 
 
 def cache_dir() -> pathlib.Path:
@@ -105,16 +111,15 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(root) / f"v{SCHEMA}"
 
 
-def cache_key(slug: str, arch: str) -> str:
-    from harness.device import nvrtc_version
-
-    src, headers = source_with_headers(slug)
+def cache_key(spec: KernelSpec, arch: str) -> str:
+    src, headers = source_with_headers(spec)
     h = hashlib.sha256()
     for part in (
         str(SCHEMA),
-        slug,
-        nvrtc_version(),
-        json.dumps(program_options(arch), sort_keys=True),
+        spec.name,
+        spec.entry,
+        cuda_env.nvrtc_version(),
+        json.dumps(program_options(spec, arch), sort_keys=True),
         src,
         *(f"{k}\0{v}" for k, v in sorted(headers.items())),
     ):
@@ -167,56 +172,52 @@ def _read_cache(key: str):
     return cubin, info["log"]
 
 
-def _nvrtc(slug: str, arch: str) -> tuple[bytes, str]:
+def _nvrtc(spec: KernelSpec, arch: str) -> tuple[bytes, str]:
     from cuda.core import Program, ProgramOptions
 
-    src, _ = source_with_headers(slug)
-    opts = ProgramOptions(**program_options(arch), name=f"{slug}.cu")
+    src, _ = source_with_headers(spec)
+    opts = ProgramOptions(**program_options(spec, arch), name=spec.source)
     log = io.StringIO()
     try:
         obj = Program(src, "c++", options=opts).compile("cubin", logs=log)
     except Exception as e:  # cuda.core raises its own types; keep NVRTC's log for the user
-        raise CompileError(f"NVRTC failed on kernels_cu/{slug}.cu for {arch}:\n{log.getvalue()}\n{e}") from e
+        raise CompileError(
+            f"NVRTC failed on {spec.name} (kernels_cu/{spec.source}) for {arch}:\n{log.getvalue()}\n{e}"
+        ) from e
     if not obj.code:
-        raise CompileError(f"NVRTC produced an empty cubin for {slug} ({arch}); is '{arch}' a real sm_ arch?")
+        raise CompileError(f"NVRTC produced an empty cubin for {spec.name} ({arch}); is '{arch}' a real sm_ arch?")
     return bytes(obj.code), log.getvalue()
 
 
 @functools.cache
-def compile_kernel(slug: str, arch: str) -> Compiled:
+def compile_kernel(spec: KernelSpec, arch: str) -> Compiled:
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise ValueError(f"arch: {arch!r} is not an sm_XX architecture (PTX targets are not loaded)")
-    key = cache_key(slug, arch)
+    key = cache_key(spec, arch)
     use_cache = not os.environ.get("KDTR_DISABLE_CACHE")
     hit = _read_cache(key) if use_cache else None
     if hit is not None:
         cubin, log = hit
     else:
-        cubin, log = _nvrtc(slug, arch)
+        cubin, log = _nvrtc(spec, arch)
         if use_cache:
             d = cache_dir()
             _atomic_write(d / f"{key}.cubin", cubin)
-            _atomic_write(
-                d / f"{key}.json",
-                json.dumps(
-                    {"slug": slug, "arch": arch, "log": log, "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
-                ).encode(),
-            )
-    return Compiled(slug, arch, cubin, log, parse_resources(log), hit is not None)
+            meta = {"spec": spec.name, "arch": arch, "log": log, "cubin_sha256": hashlib.sha256(cubin).hexdigest()}
+            _atomic_write(d / f"{key}.json", json.dumps(meta).encode())
+    return Compiled(spec, arch, cubin, log, parse_resources(log), hit is not None)
 
 
 @dataclasses.dataclass
 class Gpu:
-    device: object
-    stream: object
+    device: Any  # cuda.core Device (imported lazily: no driver calls before the probe)
+    stream: Any
     arch: str
 
 
 @functools.cache
 def gpu() -> Gpu:
-    from harness.device import probe
-
-    p = probe()
+    p = cuda_env.probe()
     if not p.ok:
         raise RuntimeError(f"GPU unavailable: {p.reason}")
     from cuda.bindings import driver
@@ -234,22 +235,29 @@ def gpu() -> Gpu:
     return Gpu(dev, dev.create_stream(), f"sm_{dev.arch}")
 
 
+def build_arch(spec: KernelSpec, gpu_arch: str) -> str:
+    """The arch to compile `spec` for on a GPU of `gpu_arch` (an sm_90a spec builds sm_90a on sm_90)."""
+    for a in spec.archs:
+        if a == gpu_arch or (a.endswith("a") and a[:-1] == gpu_arch):
+            return a
+    return gpu_arch  # a portable spec on an arch it is not compile-checked for: still build for the GPU
+
+
 @functools.cache
-def _module(slug: str):
-    """The loaded cubin of `slug` for the current GPU (kept alive for the kernel) and its kernel."""
+def _module(spec: KernelSpec):
+    """The loaded cubin of `spec` for the current GPU (kept alive for its kernels)."""
     from cuda.core import ObjectCode
 
-    obj = ObjectCode.from_cubin(compile_kernel(slug, gpu().arch).cubin)
-    return obj, obj.get_kernel(ENTRY[slug])
+    return ObjectCode.from_cubin(compile_kernel(spec, build_arch(spec, gpu().arch)).cubin)
 
 
-_smem_limit: dict[str, int] = {}
+_smem_limit: dict[KernelSpec, int] = {}
 
 
-def load(slug: str, dynamic_smem: int = 0):
-    """The kernel of `slug`, with its dynamic shared-memory limit raised to `dynamic_smem` when needed."""
-    _, kernel = _module(slug)
-    if dynamic_smem > max(48 * 1024, _smem_limit.get(slug, 0)):
+def load(spec: KernelSpec, dynamic_smem: int = 0):
+    """The spec's kernel, with its dynamic shared-memory limit raised to `dynamic_smem` when needed."""
+    kernel = _module(spec).get_kernel(spec.entry)
+    if dynamic_smem > max(48 * 1024, _smem_limit.get(spec, 0)):
         from cuda.bindings import driver
 
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -259,6 +267,35 @@ def load(slug: str, dynamic_smem: int = 0):
         else:
             (err,) = driver.cuFuncSetAttribute(h, attr, dynamic_smem)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cannot raise {slug}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}")
-        _smem_limit[slug] = dynamic_smem
+            raise RuntimeError(f"cannot raise {spec.name}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}")
+        _smem_limit[spec] = dynamic_smem
     return kernel
+
+
+def smem_optin_limit() -> int:
+    """The device's per-block dynamic shared-memory limit (opt-in), less the kernels' static shared memory
+    allowance (16 bytes used, 64 reserved)."""
+    return int(gpu().device.properties.max_shared_memory_per_block_optin) - 64
+
+
+@functools.cache
+def geometry(spec: KernelSpec, args: tuple, n_out: int) -> tuple[int, ...]:
+    """Run the spec's geometry query kernel with `args` (numpy scalars typed as its parameters) and read
+    `n_out` int64 results back. Memoized per (spec, args): a shape's geometry costs one tiny launch, once."""
+    from cuda.core import LaunchConfig, launch
+
+    g = gpu()
+    kernel = _module(spec).get_kernel(spec.geometry)
+    buf = g.device.memory_resource.allocate(8 * n_out, stream=g.stream)
+    try:
+        launch(g.stream, LaunchConfig(grid=1, block=1), kernel, *args, int(buf.handle))
+        out = np.empty(n_out, np.int64)
+        from cuda.bindings import driver
+
+        (err,) = driver.cuMemcpyDtoHAsync(out.ctypes.data, int(buf.handle), out.nbytes, g.stream.handle)
+        g.stream.sync()
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"geometry query of {spec.name} failed: {err.name}")
+        return tuple(int(x) for x in out)
+    finally:
+        buf.close(g.stream)

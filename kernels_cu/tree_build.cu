@@ -11,15 +11,17 @@
 // Sorting the top-B set instead of replaying pops would be faster, but it differs from the heap when float64
 // rounding makes a sibling beat its predecessor by an ulp (round-half-even can), so it is not used.
 //
-// Launch: grid = bs, block = 128 threads, dynamic shared memory laid out below; its size is computed by
-// kernels_cu/ops.py::tree_build_smem_bytes (keep the two in step). lp_in_smem = 1 adds L*K floats to it.
-// Inputs are validated on the host first (reference/validate.py): shapes, sorted rows, no NaN, limits.
-#include "common.cuh"
+// Launch: grid = bs, block = KDTR_BLOCK threads (>= 32), dynamic shared memory laid out by tree_build_smem()
+// in tree_build.cuh, which the host reads through tree_build_geometry below. lp_in_smem = 1 stages the
+// L*K log-probs there. Inputs are validated on the host first (contract/tree_build.py): shapes, sorted rows,
+// no NaN, limits. full_mask == nullptr skips the (opt-in) FULL_MASK layout.
+#include "tree_build.cuh"
 
 namespace {
 
-constexpr int kRanksPerWord = 6;
-constexpr int kRankBits = 10;
+constexpr int kRanksPerWord = kTreeBuildRanksPerWord;
+constexpr int kRankBits = kTreeBuildRankBits;
+static_assert(KDTR_BLOCK >= 32 && KDTR_BLOCK % 32 == 0, "warp 0 does the pops; the rest help with layouts");
 
 struct Entry {          // a pending candidate in the frontier
   double score;
@@ -48,7 +50,16 @@ __device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uin
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
+// Host-side geometry, evaluated by the same constexpr functions the kernel uses: out[0] = dynamic shared
+// memory bytes, out[1] = lp_in_smem, for budget B, depth L, K_in and the device's per-block limit.
+extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long smem_limit, long long* out) {
+  const int K = B < K_in ? B : K_in;
+  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, KDTR_TB_STAGE_LP);
+  out[0] = tree_build_smem(B, L, K, stage).total;
+  out[1] = stage ? 1 : 0;
+}
+
+extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
     const float* __restrict__ top_logp,   // [bs, L, K_in]
     const int* __restrict__ top_ids,      // [bs, L, K_in]
     const int* __restrict__ root_tokens,  // [bs]
@@ -65,18 +76,18 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   const int D = B + 1;
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
-  const int nwords = L > 0 ? (L + kRanksPerWord - 1) / kRanksPerWord : 1;
-  // 16-byte entries first, then the 8-byte arrays, then the 4-byte ones: every array stays aligned.
-  Entry* frontier = reinterpret_cast<Entry*>(smem);                         // [D]
-  uint64_t* words = reinterpret_cast<uint64_t*>(frontier + D);              // [D * nwords]
-  double* s_score = reinterpret_cast<double*>(words + size_t(D) * nwords);  // [D]
-  int* s_parent = reinterpret_cast<int*>(s_score + D);                      // [D]
-  int* s_depth = s_parent + D;                                              // [D]
-  int* s_rank = s_depth + D;                                                // [D]
-  int* s_first = s_rank + D;                                                // [D]
-  int* s_next = s_first + D;                                                // [D]
-  int* s_last = s_next + D;                                                 // [D] last child so far
-  float* s_lp = reinterpret_cast<float*>(s_last + D);                       // [L * K] when lp_in_smem
+  const int nwords = tree_build_rank_words(L);
+  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0);
+  Entry* frontier = reinterpret_cast<Entry*>(smem + lay.frontier);  // [D]
+  uint64_t* words = reinterpret_cast<uint64_t*>(smem + lay.words);  // [D * nwords]
+  double* s_score = reinterpret_cast<double*>(smem + lay.score);    // [D]
+  int* s_parent = reinterpret_cast<int*>(smem + lay.parent);        // [D]
+  int* s_depth = reinterpret_cast<int*>(smem + lay.depth);          // [D]
+  int* s_rank = reinterpret_cast<int*>(smem + lay.rank);            // [D]
+  int* s_first = reinterpret_cast<int*>(smem + lay.first);          // [D]
+  int* s_next = reinterpret_cast<int*>(smem + lay.next);            // [D]
+  int* s_last = reinterpret_cast<int*>(smem + lay.last);            // [D] last child so far
+  float* s_lp = reinterpret_cast<float*>(smem + lay.lp);            // [L * K] when lp_in_smem
   __shared__ int s_count;
   __shared__ long long s_prefix_sum;
 
@@ -97,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
   for (int i = tid; i < nwords; i += blockDim.x) words[i] = 0ull;  // the root's (empty) tuple
   if (tid == 0) s_prefix_sum = 0;
   __syncthreads();
-  {  // sum(prefix_lens[:b]), where this request's FULL_MASK block starts
+  if (full_mask != nullptr) {  // sum(prefix_lens[:b]), where this request's FULL_MASK block starts
     long long part = 0;
     for (int i = tid; i < b; i += blockDim.x) part += prefix_lens[i];
     if (part) atomicAdd(reinterpret_cast<unsigned long long*>(&s_prefix_sum), (unsigned long long)part);
@@ -202,6 +213,7 @@ extern "C" __global__ void __launch_bounds__(128) tree_build_kernel(
       vrow[i >> 5] |= 1u << (i & 31);
     }
   }
+  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in
   __syncthreads();  // visibility rows of this request are complete (block-local global writes)
   // FULL_MASK: request b starts at D*D*b + D*sum(prefix_lens[:b]); row-major [D, P + D]
   const long long cols = (long long)P + D;

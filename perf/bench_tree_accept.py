@@ -11,6 +11,7 @@ import pytest
 from harness import strategies as hh
 from harness import timing
 from harness.compare import assert_bit_exact
+from kernels_cu import specs
 from reference import tree_accept as ref
 
 pytestmark = [pytest.mark.perf, pytest.mark.gpu]
@@ -41,8 +42,9 @@ def inputs(bs, seed=0):
     return tokens, fc, ns, target, depth, kv, bt, prefix
 
 
+@pytest.mark.parametrize("variant", [s.variant for s in specs.for_op("tree_accept")])
 @pytest.mark.parametrize("bs", [1, 64, 256])
-def test_tree_accept_commit(benchmark, bs):
+def test_tree_accept_commit(benchmark, bs, variant):
     from kernels_cu import ops
 
     tokens, fc, ns, target, depth, kv, bt, prefix = inputs(bs)
@@ -51,8 +53,8 @@ def test_tree_accept_commit(benchmark, bs):
     want = ref.tree_accept(
         tokens, fc, ns, target, max_depth=depth, kv_cache=want_kv, block_table=bt, prefix_lens=prefix
     )
-    p = ops.prepare_tree_accept(
-        tokens, fc, ns, target, max_depth=depth, kv_cache=kv, block_table=bt, prefix_lens=prefix
+    p = ops.prepare(
+        "tree_accept", variant, tokens, fc, ns, target, max_depth=depth, kv_cache=kv, block_table=bt, prefix_lens=prefix
     )
     try:
         p.launch()  # the first launch is the one checked: the commit is not idempotent
@@ -69,6 +71,7 @@ def test_tree_accept_commit(benchmark, bs):
         {
             "bs": bs,
             "B": B,
+            "variant": variant,
             "mean_accept_len": float(want.accept_len.mean()),
             "device_us": dev,
             "achieved_gbs": nbytes / (dev["median_us"] * 1e-6) / 1e9,

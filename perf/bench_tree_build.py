@@ -15,9 +15,11 @@ import statistics
 import numpy as np
 import pytest
 
+from contract import Tree
 from harness import strategies as hh
 from harness import timing
 from harness.compare import assert_bit_exact
+from kernels_cu import specs
 from reference import tree_build as ref
 
 pytestmark = [pytest.mark.perf, pytest.mark.gpu]
@@ -31,14 +33,15 @@ def inputs(bs, B, seed=0):
     return lp, ids.astype(np.int32), rng.integers(0, 160_000, bs).astype(np.int32), B, np.zeros(bs, np.int32)
 
 
+@pytest.mark.parametrize("variant", [s.variant for s in specs.for_op("tree_build")])
 @pytest.mark.parametrize("B", [16, 64, 256, 1024])
 @pytest.mark.parametrize("bs", [1, 4, 16, 64, 256])
-def test_tree_build_vs_python_heapq(benchmark, bs, B):
+def test_tree_build_vs_python_heapq(benchmark, bs, B, variant):
     from kernels_cu import ops
 
     args = inputs(bs, B)
-    benchmark.group = f"tree_build B={B}"
-    p = ops.prepare_tree_build(*args)
+    benchmark.group = f"tree_build B={B} {variant}"
+    p = ops.prepare("tree_build", variant, *args)
     try:
         dev = timing.summary(timing.event_times_us(p.launch))
         benchmark.pedantic(lambda: (p.launch(), p.sync()), rounds=20, warmup_rounds=3)
@@ -48,11 +51,12 @@ def test_tree_build_vs_python_heapq(benchmark, bs, B):
     want = ref.tree_build(*args)
     for f in ("parents", "scores", "visibility"):  # refcheck: what was timed is right
         assert_bit_exact(getattr(got, f), getattr(want, f), what=f, spec_id="TB.2.3")
-    nbytes = sum(np.asarray(getattr(got, f)).nbytes for f in ref.Tree.FIELDS) + sum(a.nbytes for a in args[:3])
+    nbytes = sum(np.asarray(getattr(got, f)).nbytes for f in Tree.FIELDS) + sum(a.nbytes for a in args[:3])
     benchmark.extra_info.update(
         {
             "bs": bs,
             "B": B,
+            "variant": variant,
             "L": L,
             "device_us": dev,
             "cpu_heapq_us_median": statistics.median(cpu),

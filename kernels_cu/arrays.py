@@ -1,0 +1,195 @@
+"""Arrays in and out of the kernels: the caller's device arrays (cupy, torch), staging of host arrays,
+and a prepared call (`Prepared`) whose launch can be timed apart from its setup.
+
+Outputs come back in the form the inputs came in: numpy in, numpy out; cupy or torch device arrays in,
+arrays of the same library on the same device out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from contract import BF16, ArrayInfo, InputError
+from contract.checks import is_device_array
+
+from . import runtime
+
+SUPPORTED_LIBS = ("cupy", "torch")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+class DeviceArray:
+    """A CUDA array given by the caller: pointer, shape, dtype, and the library that made it."""
+
+    def __init__(self, obj, arg: str):
+        self.obj = obj
+        self.lib = type(obj).__module__.split(".")[0]
+        if self.lib not in SUPPORTED_LIBS:
+            raise InputError(
+                f"{arg}: CUDA arrays from {self.lib} ({type(obj).__qualname__}) are not supported "
+                f"(use numpy, cupy or torch)"
+            )
+        bf16 = self.lib == "torch" and str(obj.dtype) == "torch.bfloat16"
+        # torch exports no __cuda_array_interface__ for bf16: take the int16 view's and keep the real dtype
+        cai = (obj.view(_torch().int16) if bf16 else obj).__cuda_array_interface__
+        self.ptr = int(cai["data"][0])
+        self.shape = tuple(cai["shape"])
+        # (not `x or y`: a numpy dtype is falsy)
+        self.dtype = BF16 if bf16 else np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
+            raise InputError(f"{arg}: device arrays must be C-contiguous")
+
+    def host(self) -> np.ndarray:
+        """A host copy, for validation of small index and score arrays."""
+        if self.lib == "torch":
+            t = self.obj.view(_torch().int16) if self.dtype == BF16 else self.obj
+            return t.detach().cpu().numpy().view(self.dtype)
+        return self.obj.get()
+
+    def info(self) -> ArrayInfo:
+        """Shape and dtype alone, for arguments whose values validation does not read."""
+        return ArrayInfo(self.shape, self.dtype)
+
+
+def _c_strides(shape, itemsize):
+    out, acc = [], itemsize
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def split_args(contract, named: dict) -> tuple[str | None, object, dict, dict]:
+    """Split a call's arguments into what validation sees (host copies of the arrays whose values it reads,
+    shape-and-dtype infos of the others) and what the launch uses (device arrays or host arrays), and find
+    the caller's array library. Returns (lib, an array of that library, for_validation, for_launch)."""
+    lib, like, check, launch = None, None, {}, {}
+    for a in contract.args:
+        x = named[a.name]
+        if x is not None and a.kind == "array" and is_device_array(x):
+            d = DeviceArray(x, a.name)
+            lib, like = d.lib, x
+            launch[a.name] = d
+            check[a.name] = d.host() if a.reads_values else d.info()
+        else:
+            launch[a.name] = check[a.name] = x
+    return lib, like, check, launch
+
+
+class Staging:
+    """Device buffers for one call: host inputs are copied in, outputs allocated and copied back."""
+
+    def __init__(self, like_lib: str | None, like_obj=None):
+        self.g = runtime.gpu()
+        self.lib, self.like = like_lib, like_obj
+        self.buffers: list = []
+
+    def input(self, x) -> int:
+        if isinstance(x, DeviceArray):
+            return x.ptr
+        x = np.ascontiguousarray(x)
+        buf = self._alloc(max(x.nbytes, 1))
+        if x.nbytes:  # stream-ordered after the (stream-ordered) allocation; pageable source is staged at once
+            check(driver().cuMemcpyHtoDAsync(int(buf.handle), x.ctypes.data, x.nbytes, self.g.stream.handle))
+        return int(buf.handle)
+
+    def output(self, shape, dtype):
+        """An output array of the caller's library, and its device pointer (torch: uint32 bits are held in
+        int32, which torch can index; uint8 0/1 bytes in bool)."""
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape)) * dtype.itemsize
+        if self.lib == "torch":
+            torch = _torch()
+            tdt = {
+                np.dtype(np.int32): torch.int32,
+                np.dtype(np.float32): torch.float32,
+                np.dtype(np.float64): torch.float64,
+                np.dtype(np.uint32): torch.int32,
+                np.dtype(np.uint8): torch.bool,
+                BF16: torch.bfloat16,
+            }[dtype]
+            t = torch.empty(shape, dtype=tdt, device=self.like.device)
+            return t, t.data_ptr()
+        if self.lib == "cupy":
+            import cupy
+
+            a = cupy.empty(shape, dtype=dtype if dtype != BF16 else np.uint16)
+            return a, a.data.ptr
+        buf = self._alloc(max(n, 1))
+        host = np.empty(shape, dtype)
+        return (host, buf), int(buf.handle)
+
+    def result(self, out):
+        if isinstance(out, tuple):
+            host, buf = out
+            if host.nbytes:
+                check(driver().cuMemcpyDtoHAsync(host.ctypes.data, int(buf.handle), host.nbytes, self.g.stream.handle))
+                self.g.stream.sync()
+            return host
+        return out
+
+    def _alloc(self, n):
+        buf = self.g.device.memory_resource.allocate(n, stream=self.g.stream)
+        self.buffers.append(buf)
+        return buf
+
+    def sync_before(self):
+        """Work the caller queued on its own stream (torch, cupy) must be done before our launch."""
+        if self.lib == "torch":
+            _torch().cuda.synchronize()
+        elif self.lib == "cupy":
+            import cupy
+
+            cupy.cuda.get_current_stream().synchronize()
+
+    def close(self):
+        self.g.stream.sync()
+        for b in self.buffers:
+            b.close(self.g.stream)
+        self.g.stream.sync()
+
+
+class Prepared:
+    """A validated call with its device buffers: `launch()` enqueues the kernel alone (benchmarks time
+    this), `results()` waits and copies the outputs back keeping the buffers, `finish()` also frees them."""
+
+    def __init__(self, staging, launch, collect):
+        self.staging, self.launch, self._collect = staging, launch, collect
+
+    def sync(self):
+        self.staging.g.stream.sync()
+
+    def results(self):
+        self.sync()
+        return self._collect()
+
+    def finish(self):
+        try:
+            return self.results()
+        finally:
+            self.staging.close()
+
+
+def driver():
+    from cuda.bindings import driver as d
+
+    return d
+
+
+def check(res):
+    err = res[0] if isinstance(res, tuple) else res
+    if err != driver().CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA error {err.name}")
+
+
+def launch_kernel(spec, grid, shmem, *args):
+    from cuda.core import LaunchConfig, launch
+
+    kernel = runtime.load(spec, shmem)
+    launch(runtime.gpu().stream, LaunchConfig(grid=grid, block=spec.block, shmem_size=shmem), kernel, *args)

@@ -1,0 +1,118 @@
+"""Kernel build specs: what to compile for each variant of each op, apart from the code that compiles and
+loads it (kernels_cu/runtime.py) and the code that launches it (the <op>_ops.py wrappers).
+
+A spec names the op slug and variant, the source, the entry and its geometry query kernel, the defines and
+NVRTC options, the archs it is built for (a variant that needs sm_90a is compile-checked for that arch only)
+and the block size. The engine's nvcc build reads the same specs (`python -m kernels_cu.specs --json`), so
+it uses the same flags, defines and launch geometry headers. Deliberately broken kernels (the harness's
+mutants) are the same specs with source patches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+PORTABLE_ARCHS = ("sm_90", "sm_120")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    slug: str
+    variant: str
+    description: str
+    source: str  # file in kernels_cu/
+    entry: str
+    geometry: str  # the query kernel that evaluates the launch geometry header for the host
+    block: int
+    defines: tuple[tuple[str, str], ...] = ()
+    # NVRTC options beyond the common ones (runtime.program_options)
+    options: tuple[tuple[str, object], ...] = ()
+    archs: tuple[str, ...] = PORTABLE_ARCHS
+    # input dtypes the variant takes, where narrower than the contract's (an sm_90a kernel may be bf16 only)
+    dtypes: tuple[str, ...] | None = None
+    # (old, new) text replacements applied to the source: only the harness's deliberately broken kernels
+    patches: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.slug}:{self.variant}"
+
+    def all_defines(self) -> dict[str, str]:
+        return {"KDTR_BLOCK": str(self.block), **dict(self.defines)}
+
+    def runs_on(self, arch: str) -> bool:
+        """Whether a cubin of this spec loads on a GPU of `arch` (sm_90a code runs only on sm_90)."""
+        return any(a == arch or (a.endswith("a") and a[:-1] == arch) for a in self.archs)
+
+
+# No contraction in tree_build: its float64 scores follow the DDTree reference's operation order.
+_EXACT = (("fma", False),)
+
+SPECS: tuple[KernelSpec, ...] = (
+    KernelSpec(
+        "tree_build",
+        "heap_smem",
+        "exact heap replay, warp-parallel pops; log-probs staged in shared memory when they fit",
+        "tree_build.cu",
+        "tree_build_kernel",
+        "tree_build_geometry",
+        128,
+        defines=(("KDTR_TB_STAGE_LP", "1"),),
+        options=_EXACT,
+    ),
+    KernelSpec(
+        "tree_build",
+        "heap_global",
+        "exact heap replay, warp-parallel pops; log-probs read from global memory",
+        "tree_build.cu",
+        "tree_build_kernel",
+        "tree_build_geometry",
+        128,
+        defines=(("KDTR_TB_STAGE_LP", "0"),),
+        options=_EXACT,
+    ),
+    KernelSpec(
+        "tree_accept",
+        "pointer_jump",
+        "parents by pointer jumping over the sibling lists, first match by atomicMin, register-staged commit",
+        "tree_accept.cu",
+        "tree_accept_kernel",
+        "tree_accept_geometry",
+        128,
+    ),
+)
+
+
+def for_op(slug: str) -> list[KernelSpec]:
+    return [s for s in SPECS if s.slug == slug]
+
+
+def variants() -> list[str]:
+    return list(dict.fromkeys(s.variant for s in SPECS))
+
+
+def get(slug: str, variant: str) -> KernelSpec:
+    for s in SPECS:
+        if s.slug == slug and s.variant == variant:
+            return s
+    raise KeyError(f"no kernel spec {slug}:{variant} (have: {', '.join(s.name for s in SPECS)})")
+
+
+def replace_spec(new: KernelSpec) -> None:
+    """Swap the spec of the same name (the harness's mutant plugin does this before any compile)."""
+    global SPECS
+    SPECS = tuple(new if s.name == new.name else s for s in SPECS)
+
+
+def to_json() -> str:
+    return json.dumps([{**dataclasses.asdict(s), "name": s.name} for s in SPECS], indent=1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--json"]:
+        print(to_json())
+    else:
+        print("usage: python -m kernels_cu.specs --json", file=sys.stderr)
+        sys.exit(2)

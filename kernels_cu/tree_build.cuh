@@ -1,0 +1,43 @@
+// Launch geometry of tree_build: the dynamic shared-memory layout, for the kernel (tree_build.cu), the
+// engine's host code and the Python wrapper (through the tree_build_geometry query kernel).
+#pragma once
+#include "common.cuh"
+
+// Rank tuples are packed 6 ranks of 10 bits per 64-bit word (see tree_build.cu).
+constexpr int kTreeBuildRanksPerWord = 6;
+constexpr int kTreeBuildRankBits = 10;
+static_assert(KDTR_MAX_TOPK <= (1 << kTreeBuildRankBits), "a rank must fit its 10-bit field");
+static_assert(KDTR_MAX_TREE <= 32767, "frontier entries hold node indices in int16");
+
+// Byte offsets of the arrays in dynamic shared memory (16-byte entries first, then 8-byte, then 4-byte
+// arrays: every array stays aligned), and the total.
+struct TreeBuildSmem {
+  long long frontier, words, score, parent, depth, rank, first, next, last, lp, total;
+};
+
+KDTR_HD constexpr int tree_build_rank_words(int L) {
+  return L > 0 ? (L + kTreeBuildRanksPerWord - 1) / kTreeBuildRanksPerWord : 1;
+}
+
+KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp) {
+  const long long D = B + 1;
+  TreeBuildSmem s{};
+  s.frontier = 0;                                       // Entry [D], 16 bytes each
+  s.words = s.frontier + D * 16;                        // uint64 [D * rank words]
+  s.score = s.words + D * tree_build_rank_words(L) * 8;  // double [D]
+  s.parent = s.score + D * 8;                           // int [D] each below
+  s.depth = s.parent + D * 4;
+  s.rank = s.depth + D * 4;
+  s.first = s.rank + D * 4;
+  s.next = s.first + D * 4;
+  s.last = s.next + D * 4;
+  s.lp = s.last + D * 4;                                // float [L * K] when the log-probs are staged
+  s.total = s.lp + (stage_lp ? (long long)L * K * 4 : 0);
+  return s;
+}
+
+// The variant's choice (KDTR_TB_STAGE_LP: 1 = stage the log-probs in shared memory when they fit the
+// device's per-block limit, 0 = always read them from global memory) and the bytes to launch with.
+KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_limit, int stage_policy) {
+  return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit;
+}
