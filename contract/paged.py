@@ -10,6 +10,40 @@ import numpy as np
 
 from . import limits
 from .checks import fail
+from .op import Arg, Symbol
+
+# The paged cache's dimensions.
+SYMBOLS = (
+    Symbol("num_pages", 1, limits.MAX_CACHE_ROWS, "pages"),
+    Symbol("page_size", 1, limits.MAX_PAGE_SIZE, "page size"),
+    Symbol("max_pages", 1, limits.MAX_CONTEXT, "block-table width"),
+)
+
+# The paged-cache arguments tree_verify and tree_accept share (tree_accept takes them keyword-only, as its
+# optional commit: dataclasses.replace there).
+KV_CACHE = Arg(
+    "kv_cache",
+    "array",
+    "latent cache rows c_kv (512) ‖ k_pe (64); values = the first 512 columns",
+    ("float32", "bfloat16"),
+    ("num_pages", "page_size", limits.HEAD_DIM),
+)
+BLOCK_TABLE = Arg(
+    "block_table",
+    "array",
+    "page of each request's logical page; entries past its need are not read",
+    ("int32",),
+    ("bs", "max_pages"),
+    reads_values=True,
+)
+PREFIX_LENS = Arg(
+    "prefix_lens",
+    "array",
+    "committed length per request; the tree's rows follow it",
+    ("int32",),
+    ("bs",),
+    reads_values=True,
+)
 
 
 def check_context(prefix_lens: np.ndarray, rows: int, what: str) -> None:

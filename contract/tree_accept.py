@@ -90,45 +90,16 @@ CONTRACT = OpContract(
             hi=limits.MAX_DEPTH,
             keyword_only=True,
         ),
-        Arg(
-            "kv_cache",
-            "array",
-            "latent cache, committed in place (with block_table and prefix_lens)",
-            ("float32", "bfloat16"),
-            ("num_pages", "page_size", limits.HEAD_DIM),
-            default=None,
-            keyword_only=True,
-            group="commit",
-        ),
-        Arg(
-            "block_table",
-            "array",
-            "page of each request's logical page",
-            ("int32",),
-            ("bs", "max_pages"),
-            default=None,
-            keyword_only=True,
-            group="commit",
-            reads_values=True,
-        ),
-        Arg(
-            "prefix_lens",
-            "array",
-            "committed length per request; the tree's rows follow it",
-            ("int32",),
-            ("bs",),
-            default=None,
-            keyword_only=True,
-            group="commit",
-            reads_values=True,
+        # the commit: all three or none
+        *(
+            dataclasses.replace(a, default=None, keyword_only=True, group="commit")
+            for a in (paged.KV_CACHE, paged.BLOCK_TABLE, paged.PREFIX_LENS)
         ),
     ),
     symbols=(
         Symbol("bs", 1, limits.MAX_BATCH, "batch size"),
         Symbol("D", 1, limits.MAX_TREE, "tree width"),
-        Symbol("num_pages", 1, limits.MAX_CACHE_ROWS, "pages"),
-        Symbol("page_size", 1, limits.MAX_PAGE_SIZE, "page size"),
-        Symbol("max_pages", 1, limits.MAX_CONTEXT, "block-table width"),
+        *paged.SYMBOLS,
     ),
     outputs=(
         Output("accept_len", "int32", ("bs",), "accepted drafts, root excluded"),

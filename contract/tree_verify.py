@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from . import checks as c
 from . import limits, paged, trees
 from .op import Arg, OpContract, Output, Symbol
@@ -41,30 +43,9 @@ CONTRACT = OpContract(
             ("bs", "Q", "H", limits.HEAD_DIM),
             dtype_symbol="T",
         ),
-        Arg(
-            "kv_cache",
-            "array",
-            "latent cache rows c_kv (512) ‖ k_pe (64); values = the first 512 columns",
-            ("float32", "bfloat16"),
-            ("num_pages", "page_size", limits.HEAD_DIM),
-            dtype_symbol="T",
-        ),
-        Arg(
-            "block_table",
-            "array",
-            "page of each request's logical page; entries past its need are not read",
-            ("int32",),
-            ("bs", "max_pages"),
-            reads_values=True,
-        ),
-        Arg(
-            "prefix_lens",
-            "array",
-            "committed length per request; the tree's rows follow it",
-            ("int32",),
-            ("bs",),
-            reads_values=True,
-        ),
+        dataclasses.replace(paged.KV_CACHE, dtype_symbol="T"),
+        paged.BLOCK_TABLE,
+        paged.PREFIX_LENS,
         Arg(
             "visibility",
             "array",
@@ -79,9 +60,7 @@ CONTRACT = OpContract(
         Symbol("bs", 1, limits.MAX_BATCH, "batch size"),
         Symbol("Q", 1, limits.MAX_TREE, "queries (tree width)"),
         Symbol("H", 1, limits.MAX_HEADS, "heads"),
-        Symbol("num_pages", 1, limits.MAX_CACHE_ROWS, "pages"),
-        Symbol("page_size", 1, limits.MAX_PAGE_SIZE, "page size"),
-        Symbol("max_pages", 1, limits.MAX_CONTEXT, "block-table width"),
+        *paged.SYMBOLS,
         Symbol("W", 1, (limits.MAX_TREE + 31) // 32, "visibility words"),
     ),
     outputs=(

@@ -176,6 +176,17 @@ class Prepared:
             self.staging.close()
 
 
+def call_args(contract, scope: dict) -> dict:
+    """An implementation's arguments by name, from its `locals()` (its parameters are the contract's)."""
+    return {name: scope[name] for name in contract.arg_names}
+
+
+def run(prepared: Prepared):
+    """Launch a prepared call, wait, and return its results (buffers freed)."""
+    prepared.launch()
+    return prepared.finish()
+
+
 def driver():
     from cuda.bindings import driver as d
 

@@ -8,7 +8,7 @@ import numpy as np
 from contract import TREE_ACCEPT, Accept, InputError, limits
 
 from . import runtime
-from .arrays import DeviceArray, Prepared, Staging, check, driver, launch_kernel, split_args
+from .arrays import DeviceArray, Prepared, Staging, call_args, check, driver, launch_kernel, run, split_args
 from .specs import KernelSpec
 
 
@@ -75,19 +75,7 @@ def bind(spec: KernelSpec):
         block_table=None,
         prefix_lens=None,
     ):
-        p = prepare(
-            spec,
-            tokens,
-            first_child,
-            next_sibling,
-            target_tokens,
-            max_depth=max_depth,
-            kv_cache=kv_cache,
-            block_table=block_table,
-            prefix_lens=prefix_lens,
-        )
-        p.launch()
-        return p.finish()
+        return run(prepare(spec, **call_args(TREE_ACCEPT, locals())))
 
     tree_accept.__doc__ = f"CUDA tree_accept, variant {spec.variant}: {spec.description}.\n\n{tree_accept.__doc__}"
     return tree_accept

@@ -8,7 +8,7 @@ import numpy as np
 from contract import TREE_BUILD, Tree
 
 from . import runtime
-from .arrays import Prepared, Staging, launch_kernel, split_args
+from .arrays import Prepared, Staging, call_args, launch_kernel, run, split_args
 from .specs import KernelSpec
 
 
@@ -51,9 +51,7 @@ def bind(spec: KernelSpec):
 
     @TREE_BUILD.implements
     def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with_full_mask=False):
-        p = prepare(spec, top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask)
-        p.launch()
-        return p.finish()
+        return run(prepare(spec, **call_args(TREE_BUILD, locals())))
 
     tree_build.__doc__ = f"CUDA tree_build, variant {spec.variant}: {spec.description}.\n\n{tree_build.__doc__}"
     return tree_build

@@ -101,15 +101,8 @@ def tree_build_cases():
 
 
 def _ta(case, note, tokens, first_child, next_sibling, target, max_depth, kv=None, bt=None, prefix=None):
-    args = {
-        "tokens": tokens,
-        "first_child": first_child,
-        "next_sibling": next_sibling,
-        "target_tokens": target,
-        "max_depth": max_depth,
-    }
-    if kv is not None:
-        args.update(kv_cache=kv, block_table=bt, prefix_lens=prefix)
+    commit = {} if kv is None else {"kv_cache": kv, "block_table": bt, "prefix_lens": prefix}
+    args = hh.accept_case(None, None, tokens, first_child, next_sibling, target, max_depth, **commit).args
     return _fixture("tree_accept", case, "TA.4.2", note, args, tree_accept)
 
 
