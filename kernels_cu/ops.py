@@ -342,3 +342,14 @@ def tree_accept(
     )
     p.launch()
     return p.finish()
+
+
+# ------------------------------------------------------------------------------------------- tree_verify
+def __getattr__(name):
+    """tree_verify lives in its own module (which builds on this one); it is found here by name like every op
+    (harness/impls.py), imported on first use so that neither module imports the other at load time."""
+    if name in ("tree_verify", "prepare_tree_verify"):
+        from . import tree_verify_ops
+
+        return getattr(tree_verify_ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
