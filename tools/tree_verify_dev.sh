@@ -21,21 +21,21 @@ stage() {  # name timeout_s command...: the command's log, rc and last result li
   ${CXX:-c++} --version | head -1; } >"$OUT/logs/env.log" 2>&1
 summary "tree_verify dev run, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -1)"
 for s in $STAGES; do case $s in
-  smoke) stage smoke 240 $PY tools/tree_verify_dev.py smoke ;;
+  smoke) stage smoke 120 $PY tools/tree_verify_dev.py smoke ;;
   check)
-    stage conformance 420 $PY -m pytest conformance/test_tree_verify.py conformance/test_fixtures.py \
+    stage conformance 270 $PY -m pytest conformance/test_tree_verify.py conformance/test_fixtures.py \
       conformance/test_kernels_build.py meta/test_kernel_geometry.py --impl cuda --require-gpu -n 8 -q \
       -p no:cacheprovider --report-dir "$OUT/logs/conformance" &
-    stage kernel_mutants 420 $PY -m pytest meta/test_kernel_mutants.py -k k_tv -n 5 -q -p no:cacheprovider \
+    stage kernel_mutants 270 $PY -m pytest meta/test_kernel_mutants.py -k k_tv -n 5 -q -p no:cacheprovider \
       --report-dir "$OUT/logs/mutants" &
     ( for tool in memcheck racecheck initcheck synccheck; do
-        stage "sanitizer_$tool" 180 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        stage "sanitizer_$tool" 70 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
           $PY tools/tree_verify_dev.py sanitize
       done ) &
     wait
     grep -E '^\| k_tv|^## Mutants' "$OUT/logs/mutants/conformance.md" 2>/dev/null | tee -a "$OUT/summary.txt" ;;
   time)
-    stage timing 300 $PY tools/tree_verify_dev.py time --json "$OUT/timing.json"
+    stage timing 180 $PY tools/tree_verify_dev.py time --json "$OUT/timing.json"
     sed -n '/^| bs /,$p' "$OUT/logs/timing.log" >"$OUT/timing.md"; grep ceilings "$OUT/logs/timing.log" >>"$OUT/timing.md"
     cat "$OUT/timing.md" ;;
 esac; done
