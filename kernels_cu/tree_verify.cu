@@ -240,25 +240,39 @@ struct MathF32 {
       for (int c = 0; c < 4; ++c) a.o[r][c] = 0.f;
   }
 
-  // Thread t: row t / 8, keys t % 8 + 8e (e = 0..3): four 576-term dot products, fp32 FMAs in dim order.
+  // Thread t: row t / 8, keys t % 8 + 8e (e = 0..3): four 576-term dot products in fp32. Each is summed in
+  // 8 interleaved partial sums (dims ≡ c mod 8, 72 FMAs each) added pairwise at the end: a single running
+  // sum of 576 terms carries about 3x the rounding error, which q x 8 inputs push close to TV.2.1's atol.
   static __device__ __forceinline__ void scores(const float* sQ, const float* sK, float* sS, int warp, int lane) {
     const int tid = warp * 32 + lane, row = tid >> 3, kq = tid & 7;
     const float* qr = sQ + row * PITCH;
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-    for (int d = 0; d < tv::kHeadDim; d += 4) {
-      const float4 a = *reinterpret_cast<const float4*>(qr + d);
+    float acc[4][8];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[e][c] = 0.f;
+#pragma unroll 2
+    for (int d = 0; d < tv::kHeadDim; d += 8) {
+      const float4 a0 = *reinterpret_cast<const float4*>(qr + d);
+      const float4 a1 = *reinterpret_cast<const float4*>(qr + d + 4);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float4 k = *reinterpret_cast<const float4*>(sK + (kq + 8 * e) * PITCH + d);
-        acc[e] = __fmaf_rn(a.x, k.x, acc[e]);
-        acc[e] = __fmaf_rn(a.y, k.y, acc[e]);
-        acc[e] = __fmaf_rn(a.z, k.z, acc[e]);
-        acc[e] = __fmaf_rn(a.w, k.w, acc[e]);
+        const float4 k0 = *reinterpret_cast<const float4*>(sK + (kq + 8 * e) * PITCH + d);
+        const float4 k1 = *reinterpret_cast<const float4*>(sK + (kq + 8 * e) * PITCH + d + 4);
+        acc[e][0] = __fmaf_rn(a0.x, k0.x, acc[e][0]);
+        acc[e][1] = __fmaf_rn(a0.y, k0.y, acc[e][1]);
+        acc[e][2] = __fmaf_rn(a0.z, k0.z, acc[e][2]);
+        acc[e][3] = __fmaf_rn(a0.w, k0.w, acc[e][3]);
+        acc[e][4] = __fmaf_rn(a1.x, k1.x, acc[e][4]);
+        acc[e][5] = __fmaf_rn(a1.y, k1.y, acc[e][5]);
+        acc[e][6] = __fmaf_rn(a1.z, k1.z, acc[e][6]);
+        acc[e][7] = __fmaf_rn(a1.w, k1.w, acc[e][7]);
       }
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e) sS[row * SP + kq + 8 * e] = acc[e];
+    for (int e = 0; e < 4; ++e)
+      sS[row * SP + kq + 8 * e] = ((acc[e][0] + acc[e][1]) + (acc[e][2] + acc[e][3])) +
+                                  ((acc[e][4] + acc[e][5]) + (acc[e][6] + acc[e][7]));
   }
 
   template <int KPT>

@@ -198,11 +198,13 @@ def sanitize() -> int:
 # ------------------------------------------------------------------------------------------------ time
 CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk)
     (1, 1, 64, 32768, "bf16", None),
+    (1, 1, 64, 32768, "bf16", 256),
     (1, 1, 64, 32768, "bf16", 1024),
-    (1, 1, 64, 32768, "bf16", 2048),
     (8, 1, 64, 32768, "bf16", None),
+    (8, 1, 64, 32768, "bf16", 256),
     (1, 1, 128, 32768, "bf16", None),
     (32, 1, 128, 8192, "bf16", None),
+    (32, 1, 128, 8192, "bf16", 256),
     (1, 16, 64, 8192, "bf16", None),
     (1, 16, 64, 32768, "bf16", None),
     (1, 16, 64, 32768, "bf16", 32800),
@@ -252,14 +254,87 @@ def ceilings():
 
 
 def time_configs(json_path=None) -> int:
+    copy, mm = ceilings()
+    print(f"ceilings: copy {copy:.0f} GB/s (read+write), bf16 matmul 8192^3 {mm:.0f} TFLOP/s", flush=True)
+    results = [time_one(*c, copy=copy, mm=mm) for c in CONFIGS]
+    table(results, copy, mm)
+    knockouts = []
+    for name, patches in VARIANTS.items():  # knock-out and micro variants: where the time goes (timing only)
+        with patched_kernel(patches):
+            for c in VARIANT_CONFIGS:
+                r = time_one(*c, copy=copy, mm=mm)
+                r["variant"] = name
+                knockouts.append(r)
+    print("\n| variant | bs | Q | H | prefix | µs | useful TFLOP/s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in knockouts:
+        cells = (r["variant"], r["bs"], r["Q"], r["H"], r["prefix"], f"{r['us']:.1f}", f"{r['tflops']:.0f}")
+        print("| " + " | ".join(str(c) for c in cells) + " |")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "results": results, "variants": knockouts}, f, indent=1)
+    return 0
+
+
+# Source patches of kernels_cu/tree_verify.cu for timing experiments: a knock-out removes one stage (wrong
+# results, same launch shape), so base minus knock-out is that stage's share of the time.
+VARIANTS = {
+    "base": [],
+    "no_scores": [("Math::scores(sQ, sK, sS, warp, lane);", "")],
+    "no_softmax": [("{  // softmax step", "if (false) {  // softmax step")],
+    "no_pv": [("Math::pv(acc, sAlpha, sP, sK, warp, lane);", "")],
+    "no_kv_loads": [("if (STAGES == 2 && j + 1 < nblk) load_kv(j + 1, (j + 1) & 1);", "")],
+    "fast_exp": [("const float alpha = expf(m_run - m_use);", "const float alpha = __expf(m_run - m_use);"),
+                 ("x[e] = expf(x[e] - m_use);", "x[e] = __expf(x[e] - m_use);")],
+}  # fmt: skip
+VARIANT_CONFIGS = [(1, 16, 64, 32768, "bf16", None), (1, 1, 64, 32768, "bf16", None), (8, 16, 64, 8192, "bf16", None)]
+
+
+class patched_kernel:
+    """Compile tree_verify from a patched copy of kernels_cu (in-process caches cleared around it)."""
+
+    def __init__(self, patches):
+        self.patches = patches
+
+    def _reset(self, here):
+        from kernels_cu import runtime
+
+        runtime.HERE = here
+        runtime.compile_kernel.cache_clear()
+        runtime._object.cache_clear()
+        runtime._kernel.cache_clear()
+        runtime._smem_limit.clear()
+
+    def __enter__(self):
+        import pathlib
+        import shutil
+        import tempfile
+
+        from kernels_cu import runtime
+
+        self.orig = runtime.HERE
+        self.tmp = pathlib.Path(tempfile.mkdtemp())
+        for f in self.orig.iterdir():
+            if f.suffix in (".cu", ".cuh"):
+                shutil.copy(f, self.tmp / f.name)
+        src = (self.tmp / "tree_verify.cu").read_text()
+        for old, new in self.patches:
+            assert old in src, old
+            src = src.replace(old, new)
+        (self.tmp / "tree_verify.cu").write_text(src)
+        self._reset(self.tmp)
+        return self
+
+    def __exit__(self, *exc):
+        self._reset(self.orig)
+
+
+def time_one(bs, Q, H, P, dt, chunk, *, copy, mm):
     import torch
 
     from harness import timing
 
-    copy, mm = ceilings()
-    print(f"ceilings: copy {copy:.0f} GB/s (read+write), bf16 matmul 8192^3 {mm:.0f} TFLOP/s", flush=True)
-    results = []
-    for bs, Q, H, P, dt, chunk in CONFIGS:
+    if True:  # (kept indented: one config's timing)
         var = geometry.tree_verify_variant(dt)
         g = geometry.tree_verify(P + Q, Q * H, var, chunk or 0)
         kv_bytes = bs * (P + Q) * 576 * (2 if dt == "bf16" else 4)
@@ -293,8 +368,11 @@ def time_configs(json_path=None) -> int:
         }  # fmt: skip
         res["pct_copy"] = 100 * res["gbs"] / copy
         res["pct_mm"] = 100 * res["tflops"] / mm
-        results.append(res)
         print(json.dumps(res), flush=True)
+        return res
+
+
+def table(results, copy, mm):
     print(f"\n| bs | Q | H | prefix | dtype | chunk x splits | CTAs | µs | useful TFLOP/s | GB/s | % copy ({copy:.0f}) "
           f"| % bf16 mm ({mm:.0f}) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -302,18 +380,25 @@ def time_configs(json_path=None) -> int:
         print(f"| {r['bs']} | {r['Q']} | {r['H']} | {r['prefix']} | {r['dtype']} | {r['chunk']} x {r['splits']} | "
               f"{r['ctas']} | {r['us']:.1f} | {r['tflops']:.0f} | {r['gbs']:.0f} | {r['pct_copy']:.0f} | "
               f"{r['pct_mm']:.0f} |")  # fmt: skip
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "results": results}, f, indent=1)
+
+
+def profile_one() -> int:
+    """Two warm-up launches and one more of a compute-bound shape, for ncu --launch-skip 2 --launch-count 1."""
+    q, kv, bt, pre, vis = make_device_case(1, 16, 64, 8192)
+    p = tree_verify_ops.prepare_tree_verify(q, kv, bt, pre, vis, SCALE)
+    for _ in range(3):
+        p.launch()
+    p.finish()
     return 0
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "sanitize", "time"])
+    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "profile"])
     ap.add_argument("--json")
     a = ap.parse_args()
-    sys.exit({"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json)}[a.mode]())
+    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": profile_one}
+    sys.exit(modes[a.mode]())
 
 
 if __name__ == "__main__":
