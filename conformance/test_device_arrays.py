@@ -95,3 +95,35 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
         assert_bit_exact(to_host(lib_name, getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.3")
     back = kv_dev.view(lib.int16).cpu().numpy().view(BF16) if kv_dtype == "bf16" else to_host(lib_name, kv_dev)
     assert_bit_exact(back, kv_np, what="kv_cache (device, in place)", spec_id="TA.4.3")
+
+
+@pytest.mark.spec("TV.3.6")
+@pytest.mark.parametrize("lib_name,dtype", [("cupy", "fp32"), ("torch", "fp32"), ("torch", "bf16")])
+def test_tree_verify_device_arrays(impl, lib_name, dtype):
+    lib = _lib(impl, lib_name)
+    rng = np.random.default_rng(11)
+    np_dtype = BF16 if dtype == "bf16" else np.float32
+    case = hh.paged_case(rng, np_dtype, [np.array([-1, 0, 0, 1], np.int32)] * 2, [70, 3], 16, 8)
+    want = run(impl, case)
+
+    def dev(a):
+        if a.dtype == BF16:  # numpy hands bf16 over as raw 16-bit words
+            return lib.from_numpy(a.view(np.int16)).cuda().view(lib.bfloat16)
+        return to_dev(lib, lib_name, a)
+
+    # torch has no uint32 tensors to speak of: its callers keep the (small) visibility mask on the host
+    on_device = [k for k, v in case.args.items() if isinstance(v, np.ndarray)]
+    on_device = [k for k in on_device if not (lib_name == "torch" and k == "visibility")]
+    arrays = {k: dev(case.args[k]) for k in on_device}
+    got = run(impl, case.with_args(**arrays))
+    for name in ("out", "lse"):
+        x = getattr(got, name)
+        assert type(x).__module__.split(".")[0] == lib_name, f"{name} came back as {type(x)}"
+        w = getattr(want, name)
+        h = x.view(lib.int16).cpu().numpy().view(BF16) if w.dtype == BF16 else to_host(lib_name, x)
+        assert_bit_exact(h, w, what=name, spec_id="TV.3.6")
+    bad = case.visibility.copy()
+    bad[0, 1, 0] = 2  # row 1 does not see the root
+    bad_vis = bad if lib_name == "torch" else to_dev(lib, lib_name, bad)
+    with pytest.raises(InputError, match="visibility: request 0 row 1 does not see the root"):
+        run(impl, case.with_args(**{**arrays, "visibility": bad_vis}))

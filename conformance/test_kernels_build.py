@@ -6,14 +6,13 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from harness import device
-from kernels_cu import runtime, specs
+from kernels_cu import geometry, runtime, specs
 
 pytestmark = pytest.mark.nvrtc
 
@@ -32,7 +31,7 @@ def _nvrtc_available(request):
 def test_compiles_without_spills(request, spec, arch):
     c = runtime.compile_kernel(spec, arch)
     assert c.cubin[:4] == b"\x7fELF", f"{spec.name} for {arch} is not an ELF cubin"
-    for entry in (spec.entry, spec.geometry):
+    for entry in spec.entries:
         assert entry in c.resources, f"ptxas report has no entry for {entry}:\n{c.log}"
         r = c.resources[entry]
         request.node.user_properties.append(
@@ -68,7 +67,7 @@ def test_arch_must_be_a_real_sm():
 _CHILD = """
 import os, sys
 sys.path.insert(0, os.getcwd())
-from kernels_cu import runtime, specs
+from kernels_cu import geometry, runtime, specs
 c = runtime.compile_kernel(specs.get(*sys.argv[1].split(":")), "sm_90")
 print(int(c.cached), len(c.cubin))
 """
@@ -108,66 +107,38 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
     assert _child("tree_build:heap_smem", env).stdout.split() == ["1", sizes.pop()]
 
 
-# The launch geometry headers as the engine's host code uses them (g++, no CUDA): the values printed here
-# must equal what the kernels' query kernels report on a GPU (test_geometry_host_equals_device).
-_HOST_PROGRAM = r"""
-#include <cstdio>
-#include <initializer_list>
-#include "tree_build.cuh"
-#include "tree_accept.cuh"
-int main() {
-  const int shapes[][3] = {{0, 0, 0}, {1, 1, 1}, {16, 15, 16}, {64, 15, 64}, {1024, 32, 1024}, {1024, 15, 8}};
-  for (auto& s : shapes)
-    for (int stage = 0; stage < 2; ++stage)
-      std::printf("tb %d %d %d %d %lld\n", s[0], s[1], s[2], stage, tree_build_smem(s[0], s[1], s[2], stage).total);
-  for (int D : {1, 2, 65, 1025}) std::printf("ta %d %lld\n", D, tree_accept_smem_bytes(D));
-}
-"""
 SHAPES = [(0, 0, 0), (1, 1, 1), (16, 15, 16), (64, 15, 64), (1024, 32, 1024), (1024, 15, 8)]
 
 
-def host_geometry(tmp_path) -> dict:
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    src = tmp_path / "geometry.cpp"
-    src.write_text(_HOST_PROGRAM)
-    exe = tmp_path / "geometry"
-    subprocess.run([cxx, "-std=c++17", "-Wall", "-Werror", f"-I{runtime.HERE}", str(src), "-o", str(exe)], check=True)
-    out = {}
-    for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines():
-        kind, *nums = line.split()
-        out[(kind, *map(int, nums[:-1]))] = int(nums[-1])
-    return out
-
-
 @pytest.mark.spec("KB.1.5")
-def test_geometry_headers_compile_as_host_cxx(tmp_path):
-    """The engine's host code includes the same headers: they compile with g++ and give sane sizes."""
-    g = host_geometry(tmp_path)
-    assert g[("tb", 64, 15, 64, 1)] - g[("tb", 64, 15, 64, 0)] == 15 * 64 * 4  # staged log-probs
-    assert g[("ta", 1025)] == (6 * 1025 + 33) * 4
+def test_geometry_headers_build_as_a_host_library():
+    """The headers compile as plain host C++ (the engine's host code and kernels_cu/geometry.py use them so)
+    and give the sizes the layouts imply."""
+    smem0, staged0 = geometry.tree_build(64, 15, 64, 0, 1)
+    smem1, staged1 = geometry.tree_build(64, 15, 64, 1 << 40, 1)
+    assert (staged0, staged1) == (0, 1) and smem1 - smem0 == 15 * 64 * 4  # the staged log-probs
+    assert geometry.tree_build(64, 15, 64, 1 << 40, 0) == (smem0, 0)  # the heap_global policy never stages
+    assert geometry.tree_accept(1025) == (6 * 1025 + 33) * 4
+    assert geometry.tree_verify(1, 1, 0)["threads"] == specs.get("tree_verify", "portable").block
 
 
 @pytest.mark.gpu
 @pytest.mark.spec("KB.1.5")
-def test_geometry_host_equals_device(tmp_path):
-    """Each spec's query kernel evaluates the header on the GPU: the same numbers as the host build."""
+def test_geometry_host_equals_device():
+    """Each spec's query kernel evaluates the same header on the GPU: the numbers the host library gives."""
     import numpy as np
 
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
-    g = host_geometry(tmp_path)
     for spec in specs.for_op("tree_build"):
+        policy = int(spec.all_defines()["KDTR_TB_STAGE_LP"])
         for B, L, K in SHAPES:
             for limit in (0, 1 << 40):  # nothing fits / everything fits
-                smem, staged = runtime.geometry(spec, (np.int32(B), np.int32(L), np.int32(K), np.int64(limit)), 2)
-                stage_policy = dict(spec.defines)["KDTR_TB_STAGE_LP"] == "1"
-                assert staged == int(stage_policy and limit > 0), (spec.name, B, L, K, limit)
-                assert smem == g[("tb", B, L, min(B, K), staged)], (spec.name, B, L, K, limit)
+                dev = runtime.geometry(spec, (np.int32(B), np.int32(L), np.int32(K), np.int64(limit)), 2)
+                assert dev == geometry.tree_build(B, L, K, limit, policy), (spec.name, B, L, K, limit)
     for spec in specs.for_op("tree_accept"):
         for D in (1, 2, 65, 1025):
-            assert runtime.geometry(spec, (np.int32(D),), 1) == (g[("ta", D)],)
+            assert runtime.geometry(spec, (np.int32(D),), 1) == (geometry.tree_accept(D),)
 
 
 @pytest.mark.spec("KB.1.1")

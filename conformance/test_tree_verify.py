@@ -17,7 +17,6 @@ from harness.cases import run
 from harness.compare import assert_bit_exact, assert_close, assert_cosine
 from reference import oracles
 from reference import tree_verify as ref
-from reference.tree_build import layouts
 
 BF16 = ml_dtypes.bfloat16
 HEAVY = settings(max_examples=max(10, settings().max_examples // 5))  # each example is many small matmuls
@@ -33,13 +32,9 @@ def out_tol(dtype):
 
 def tree_case(parents, prefix, H=2, page_size=4, dtype=np.float32, seed=3, q_scale=1.0, scale=0.130861):
     """A case over one tree shape shared by every request (parents [Q], parents before children)."""
-    par = np.asarray(parents, np.int32)
-    pre = np.asarray(prefix, np.int32)
-    Q, bs = len(par), len(pre)
-    pars = np.tile(par, (bs, 1))
-    vis = layouts(pars, np.tile(hh.depths_of(par), (bs, 1)), np.full(bs, Q, np.int32), pre)[0]
-    q, kv, bt = hh.build_paged_cache(np.random.default_rng(seed), dtype, pre, Q, page_size, H, q_scale=q_scale)
-    return hh.verify_case(q, kv, bt, pre, vis, scale, pars, np.full(bs, Q, np.int32))
+    pars = [np.asarray(parents, np.int32)] * len(prefix)
+    rng = np.random.default_rng(seed)
+    return hh.paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=scale)
 
 
 def valid_case():
@@ -231,14 +226,17 @@ def test_matches_float64_oracle(impl, dtype, data):
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("H", [1, 64])
 def test_large_logits_q_times_100(impl, dtype, H):
-    """q × 100 (FlashInfer #1055): logits near 160 after the scale must not overflow the softmax."""
+    """q × 100 (FlashInfer #1055): logits near 160 after the scale must not overflow the softmax, whole or
+    split (the combine's weights are exp of differences of partial lse values)."""
     case = tree_case([-1, 0, 0, 1, 1, 2], [0, 70, 300], H=H, dtype=dtype, q_scale=100.0, page_size=16)
-    got = run(impl, case)
-    assert np.isfinite(got.out.astype(np.float32)).all() and np.isfinite(got.lse).all(), "[TV.2.8] overflow"
     o64, l64 = oracle(case)
     out_clause = "TV.2.8" if dtype == np.float32 else "TV.2.2"  # bf16: rounding P to bf16 dominates
-    assert_close(got.out.astype(np.float64), o64, what="out", spec_id=out_clause, **tol(out_clause))
-    assert_close(got.lse.astype(np.float64), l64, what="lse", spec_id="TV.2.8", **tol("TV.2.8"))
+    for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 40]):
+        got = run(impl, case, split_chunk=chunk)
+        assert np.isfinite(got.out.astype(np.float32)).all() and np.isfinite(got.lse).all(), "[TV.2.8] overflow"
+        what = f" (split_chunk={chunk})"
+        assert_close(got.out.astype(np.float64), o64, what="out" + what, spec_id=out_clause, **tol(out_clause))
+        assert_close(got.lse.astype(np.float64), l64, what="lse" + what, spec_id="TV.2.8", **tol("TV.2.8"))
 
 
 @pytest.mark.spec("TV.2.3", "TV.2.5")
@@ -275,7 +273,12 @@ def test_chain_tree_is_causal_attention(impl, dtype):
     """A chain-shaped tree (every node the child of the previous) is causal attention over prefix + tree."""
     Q = 40  # two visibility words
     case = tree_case(np.arange(-1, Q - 1), [0, 33], H=8, dtype=dtype, page_size=7)
-    got = run(impl, case)
+    for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 33]):
+        got = run(impl, case, split_chunk=chunk)
+        check_chain(case, got, Q, dtype)
+
+
+def check_chain(case, got, Q, dtype):
     for b, P in enumerate(case.prefix_lens):
         keys = cache_rows(case.kv_cache, case.block_table, b, np.arange(P + Q))
         for i in range(Q):
@@ -405,3 +408,154 @@ def test_deterministic_and_batch_invariant(impl, case, data):
     alone = run(impl, case.with_args(**args))
     assert_bit_exact(alone.out, got.out[one], what="out", spec_id="TV.3.3")
     assert_bit_exact(alone.lse, got.lse[one], what="lse", spec_id="TV.3.3")
+
+
+# --- Targeted shapes: splits, heads, wide trees, pages, masks (the CUDA kernels' corners) ---------------------
+DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(BF16, id="bf16")]
+
+
+def _random_tree(rng, n, shape="random"):
+    """A parent array of n nodes: 'random' (parents anywhere earlier), 'bushy' (parents among the first few
+    nodes), 'chain'."""
+    if shape == "chain":
+        return np.arange(-1, n - 1, dtype=np.int32)
+    if shape == "bushy":
+        par = rng.integers(0, np.maximum(1, np.minimum(np.arange(n), 4)))
+    else:
+        par = (rng.random(n) * np.arange(n)).astype(np.int64)
+    par[0] = -1
+    return par.astype(np.int32)
+
+
+def shaped_case(dtype, trees, prefix, page_size, H, *, seed=0, q_scale=1.0, scale=0.130861):
+    rng = np.random.default_rng(seed)
+    pars = [t if isinstance(t, np.ndarray) else _random_tree(rng, *t) for t in trees]
+    return hh.paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=scale)
+
+
+_ORACLE: dict[int, tuple] = {}
+
+
+def cached_oracle(case):
+    """float64 oracle of a case, computed once per case object (tests check several split chunks)."""
+    if id(case) not in _ORACLE or _ORACLE[id(case)][0] is not case:
+        _ORACLE.clear()
+        _ORACLE[id(case)] = (case, oracle(case))
+    return _ORACLE[id(case)][1]
+
+
+def check_case(case, got, what=""):
+    """out and lse against the float64 oracle with the dtype's clauses, plus the cosine check."""
+    dtype = case.q.dtype
+    o64, l64 = cached_oracle(case)
+    oc, lc = ("TV.2.1" if dtype == np.float32 else "TV.2.2"), lse_clause(dtype)
+    assert got.out.dtype == dtype and got.out.shape == case.q.shape[:3] + (limits.LATENT,)
+    assert got.lse.dtype == np.float32 and got.lse.shape == case.q.shape[:3]
+    assert_close(got.out.astype(np.float64), o64, what=f"out{what}", spec_id=oc, **tol(oc))
+    assert_close(got.lse.astype(np.float64), l64, what=f"lse{what}", spec_id=lc, **tol(lc))
+    for b in range(case.q.shape[0]):
+        assert_cosine(got.out[b].astype(np.float64), o64[b], what=f"out[{b}]{what}", spec_id="TV.2.7")
+
+
+CHUNKS = [1, 7, 32, 64, 100, None]  # keys per split; None = the kernel's own rule (no split at these sizes)
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.9", "TV.3.2")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forced_splits_match_oracle_and_repeat_bit_for_bit(impl, dtype):
+    """Split-KV at small shapes: every chunk size is within tolerance of the float64 oracle (so of each
+    other), including 1-key splits that some queries see nothing of, and each repeats bit for bit."""
+    case = shaped_case(dtype, [(23, "random"), (40, "bushy"), (9, "chain")], [300, 77, 0], 16, 3, seed=1)
+    for chunk in impl.knob_values("tree_verify", "split_chunk", CHUNKS):
+        got = run(impl, case, split_chunk=chunk)
+        check_case(case, got, what=f" (split_chunk={chunk})")
+        again = run(impl, case, split_chunk=chunk)
+        assert_bit_exact(again.out, got.out, what=f"out (split_chunk={chunk})", spec_id="TV.3.2")
+        assert_bit_exact(again.lse, got.lse, what=f"lse (split_chunk={chunk})", spec_id="TV.3.2")
+
+
+def _requests(case, idx):
+    idx = list(idx)
+    args = {k: case.args[k][idx] for k in ("q", "block_table", "prefix_lens", "visibility")}
+    return case.with_args(**args)
+
+
+@pytest.mark.spec("TV.3.3")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk", [7, 64, None])
+def test_split_requests_are_batch_invariant(impl, dtype, chunk):
+    """With the same split chunk, a request's bits do not depend on the batch around it: alone, first,
+    last, or beside requests of other lengths (so other split counts)."""
+    case = shaped_case(dtype, [(30, "random"), (12, "bushy"), (30, "chain")], [700, 5, 129], 16, 8, seed=2)
+    full = run(impl, case, split_chunk=chunk)
+    for order in ([0], [1], [2], [2, 0, 1], [1, 2]):
+        got = run(impl, _requests(case, order), split_chunk=chunk)
+        for k, b in enumerate(order):
+            assert_bit_exact(got.out[k], full.out[b], what=f"out[{b}] in batch {order}", spec_id="TV.3.3")
+            assert_bit_exact(got.lse[k], full.lse[b], what=f"lse[{b}] in batch {order}", spec_id="TV.3.3")
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.9")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [1, 3, 8, 16, 64, 128])
+def test_head_counts(impl, dtype, H):
+    """H need not be a multiple of 16: the (query, head) rows tile across CTAs in any grouping."""
+    case = shaped_case(dtype, [(7, "random"), (5, "bushy")], [70, 33], 16, H, seed=3)
+    check_case(case, run(impl, case))
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.9")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "Q,shape,prefix",
+    [(33, "random", [40]), (65, "bushy", [0]), (200, "random", [64]), (1025, "random", [37]), (1025, "chain", [0])],
+    ids=["Q33", "Q65-prefix0", "Q200", "Q1025", "Q1025-chain"],
+)
+def test_wide_trees_span_several_visibility_words(impl, dtype, Q, shape, prefix):
+    """Trees of up to 1 + the largest budget (1025 nodes, 33 visibility words per row), forced splits too."""
+    case = shaped_case(dtype, [(Q, shape)], prefix, 64, 2, seed=4)
+    for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 96]):
+        check_case(case, run(impl, case, split_chunk=chunk), what=f" (split_chunk={chunk})")
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2", "TV.1.2")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page_size", [1, 7, 16, 64, 100])
+def test_page_sizes(impl, dtype, page_size):
+    """Any page size (not only powers of two); prefixes 0, inside a page and across page boundaries."""
+    case = shaped_case(dtype, [(9, "random"), (6, "chain"), (9, "bushy")], [0, 99, 250], page_size, 4, seed=5)
+    for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 50]):
+        check_case(case, run(impl, case, split_chunk=chunk), what=f" (page_size={page_size}, split_chunk={chunk})")
+
+
+@pytest.mark.spec("TV.2.1", "TV.2.2")
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_empty_prefix(impl, dtype):
+    """prefix_len = 0 everywhere: the root is the first key; 3-key splits leave most queries blind in most
+    splits (a partial lse of -inf must weigh nothing)."""
+    case = shaped_case(dtype, [(17, "random"), (17, "chain")], [0, 0], 16, 5, seed=6)
+    for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 3]):
+        check_case(case, run(impl, case, split_chunk=chunk), what=f" (split_chunk={chunk})")
+
+
+@pytest.mark.spec("TV.3.1", "TV.3.5")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # siblings that see the huge rows overflow (not checked)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_mask_isolation_at_every_query(impl, dtype, chunk):
+    """Every query of a bushy tree: NaN in every row no query of the request sees (TV.3.1), the largest
+    finite values in the tree rows that query does not see (TV.3.5); its out and lse keep every bit."""
+    case = shaped_case(dtype, [(12, "bushy"), (12, "random")], [45, 3], 16, 16, seed=7)
+    got = run(impl, case, split_chunk=chunk)
+    huge = float(ml_dtypes.finfo(BF16).max) if np.dtype(dtype) == BF16 else float(np.finfo(np.float32).max)
+    bs, Q = case.q.shape[:2]
+    for b in range(bs):
+        request_rows = seen_by(case, b, range(Q))
+        for i in range(Q):
+            kv2 = case.kv_cache.copy()
+            hh.poison(kv2, ~request_rows)
+            others = request_rows & ~seen_by(case, b, [i])
+            kv2[others] = np.where(np.arange(limits.HEAD_DIM) % 2, -huge, huge).astype(kv2.dtype)
+            got2 = run(impl, case.with_args(kv_cache=kv2), split_chunk=chunk)
+            assert_bit_exact(got2.out[b, i], got.out[b, i], what=f"out[{b},{i}]", spec_id="TV.3.5")
+            assert_bit_exact(got2.lse[b, i], got.lse[b, i], what=f"lse[{b},{i}]", spec_id="TV.3.5")

@@ -76,17 +76,18 @@ def input_dtypes(case: Case) -> list[np.dtype]:
     return [d for d in found if d is not None]
 
 
-def function(impl, op: str):
+def function(impl, op: str, **knobs):
     """The implementation's op function, or a skip naming why it cannot run here."""
     try:
-        return impl.op(op)
+        return impl.op(op, **knobs)
     except impls.Unavailable as e:
         pytest.skip(str(e))
 
 
-def run(impl, case: Case):
-    """Run `case` on `impl`; skips (with the reason) where the implementation cannot take it."""
-    fn = function(impl, case.op)
+def run(impl, case: Case, **knobs):
+    """Run `case` on `impl` (with tuning knobs where it has them); skips (with the reason) where the
+    implementation cannot take it."""
+    fn = function(impl, case.op, **knobs)
     try:
         for dt in input_dtypes(case):
             impl.check_dtype(case.op, dt)

@@ -32,20 +32,28 @@ class Impl:
     name: str  # "reference", "cuda:heap_smem", ...
     kind: str  # one of KINDS
     variant: str | None
-    loaders: dict[str, Callable[[], Callable]]  # op -> loader of the op function
+    loaders: dict[str, Callable[..., Callable]]  # op -> loader of the op function (taking the op's knobs)
     dtypes: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # narrower than the contract
     on_gpu: bool = False
     takes_device_arrays: bool = False
     reruns: int = 3  # determinism checks: more for implementations whose scheduling varies
     why_not: str | None = None  # set when the implementation cannot run on this machine at all
+    knobs: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # op -> its tuning knobs
 
-    def op(self, slug: str):
-        """The op function, or Unavailable naming why not."""
+    def op(self, slug: str, **knobs):
+        """The op function, or Unavailable naming why not. Tuning knobs (e.g. a forced split chunk) reach an
+        implementation that has them; for the others they mean nothing and are dropped."""
         if self.why_not:
             raise Unavailable(f"{self.name}: {self.why_not}")
         if slug not in self.loaders:
             raise Unavailable(f"{self.name} has no {slug} kernel (it is a variant of {', '.join(self.loaders)})")
-        return self.loaders[slug]()
+        mine = {k: v for k, v in knobs.items() if k in self.knobs.get(slug, ()) and v is not None}
+        return self.loaders[slug](**mine)
+
+    def knob_values(self, slug: str, name: str, values) -> tuple:
+        """The values of a knob worth running: all of them where the implementation has the knob, else one
+        run with its own default (None)."""
+        return tuple(values) if name in self.knobs.get(slug, ()) else (None,)
 
     def check_dtype(self, slug: str, dtype) -> None:
         allowed = self.dtypes.get(slug)
@@ -79,8 +87,9 @@ def _cuda(variant: str) -> Impl:
         f"cuda:{variant}",
         "cuda",
         variant,
-        {s.slug: (lambda s=s: ops.function(s.slug, s.variant)) for s in mine},
+        {s.slug: (lambda s=s, **knobs: ops.function(s.slug, s.variant, **knobs)) for s in mine},
         dtypes={s.slug: s.dtypes for s in mine if s.dtypes},
+        knobs={s.slug: s.knobs for s in mine if s.knobs},
         on_gpu=True,
         takes_device_arrays=True,
         reruns=100,

@@ -37,6 +37,60 @@ MUTANTS = {
         "const int p = P + s_path[j];",
     ),
     "k_ta_bonus_from_root": ("tree_accept", "bonus[b] = s_tgt[u];", "bonus[b] = s_tgt[0];"),
+    # tree_verify: the mask, the paging, the online softmax, the lse and the split-KV combine
+    "k_tv_mask_transposed": ("tree_verify", "tree_bit(vis_b, W, qi, p - P)", "tree_bit(vis_b, W, p - P, qi)"),
+    "k_tv_tree_rows_shifted": (  # tree row j read at position prefix_len + j + 1 (the prefix/tree boundary)
+        "tree_verify",
+        "(p < P || tree_bit(vis_b, W, qi, p - P))",
+        "(p < P || (p > P && tree_bit(vis_b, W, qi, p - P - 1)))",
+    ),
+    "k_tv_tile_key_cap_off_by_one": (  # the tile's last query loses its own tree row
+        "tree_verify",
+        "if (ke > static_cast<long long>(P) + i_max + 1) ke = static_cast<long long>(P) + i_max + 1;",
+        "if (ke > static_cast<long long>(P) + i_max) ke = static_cast<long long>(P) + i_max;",
+    ),
+    "k_tv_block_table_of_request0": (
+        "tree_verify",
+        "const int* bt = block_table + static_cast<size_t>(b) * max_pages;",
+        "const int* bt = block_table;",
+    ),
+    "k_tv_mask_added_not_selected": (  # -inf added to the logit: a NaN row the query cannot see leaks in
+        "tree_verify",
+        "x[e] = seen ? dot * scale : neg_inf();",
+        "x[e] = dot * scale + (seen ? 0.f : neg_inf());",
+    ),
+    "k_tv_bf16_running_max_not_rescaled": (
+        "tree_verify",
+        "const float a_lo = sAlpha[mt * 16 + (lane >> 2)];\n"
+        "      const float a_hi = sAlpha[mt * 16 + (lane >> 2) + 8];",
+        "const float a_lo = 1.f;\n      const float a_hi = 1.f;",
+    ),
+    "k_tv_f32_running_max_not_rescaled": ("tree_verify", "const float a = sAlpha[r0 + r];", "const float a = 1.f;"),
+    "k_tv_lse_without_scale": (
+        "tree_verify",
+        "lse[static_cast<size_t>(b) * QH + R] = m_run + logf(l_run);",
+        "lse[static_cast<size_t>(b) * QH + R] = m_run / scale + logf(l_run);",
+    ),
+    "k_tv_split_lse_without_scale": (
+        "tree_verify",
+        "part_lse[off * QH + R] = l_run > 0.f ? m_run + logf(l_run) : neg_inf();",
+        "part_lse[off * QH + R] = l_run > 0.f ? m_run / scale + logf(l_run) : neg_inf();",
+    ),
+    "k_tv_split_starts_one_key_late": (
+        "tree_verify",
+        "const int kbeg = static_cast<int>(static_cast<long long>(s) * chunk);",
+        "const int kbeg = static_cast<int>(static_cast<long long>(s) * chunk) + (s > 0);",
+    ),
+    "k_tv_combine_equal_weights": (
+        "tree_verify",
+        "const float w = ls == neg_inf() ? 0.f : expf(ls - mx);",
+        "const float w = ls == neg_inf() ? 0.f : 1.f;",
+    ),
+    "k_tv_combine_weights_of_next_split": (
+        "tree_verify",
+        "const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;",
+        "const float* src = part_o + ((base + (s + 1) % n) * QH + R) * tv::kLatent + lane * 4;",
+    ),
 }
 
 

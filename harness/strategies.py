@@ -253,15 +253,25 @@ def paged_cases(
     prefixes=(0, 1, 63, 64, 65, 300),
     page_sizes=(1, 16, 64),
 ):
-    from reference.tree_build import layouts
-
     bs = draw(st.integers(1, max_bs), label="bs")
     H = draw(st.sampled_from(heads), label="H")
     page_size = draw(st.sampled_from(page_sizes), label="page_size")
     pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
-    Q = max(len(p) for p in pars)
-    prefix = np.array([draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)], np.int32)
+    prefix = [draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    q_scale = draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
+    scale = draw(st.sampled_from([0.130861, 192**-0.5, 576**-0.5, 0.144680]), label="softmax_scale")
+    return paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=scale)
+
+
+def paged_case(rng, dtype, pars, prefix, page_size, H, *, q_scale=1.0, scale=0.130861) -> Case:
+    """One tree_verify case: request b's tree is the parent array pars[b] (padded to the longest with pad
+    slots), prefix[b] prefix keys, a shuffled paged cache (build_paged_cache)."""
+    from reference.tree_build import layouts
+
+    bs = len(pars)
+    Q = max(len(p) for p in pars)
+    prefix = np.asarray(prefix, np.int32)
     parents = np.full((bs, Q), -1, np.int32)
     depths = np.zeros((bs, Q), np.int32)
     n_nodes = np.array([len(p) for p in pars], np.int32)
@@ -269,8 +279,5 @@ def paged_cases(
         parents[b, : len(p)] = p
         depths[b, : len(p)] = depths_of(p)
     vis = layouts(parents, depths, n_nodes, prefix)[0]
-    q, kv, bt = build_paged_cache(
-        rng, dtype, prefix, Q, page_size, H, q_scale=draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
-    )
-    scale = draw(st.sampled_from([0.130861, 192**-0.5, 576**-0.5, 0.144680]), label="softmax_scale")
+    q, kv, bt = build_paged_cache(rng, dtype, prefix, Q, page_size, H, q_scale=q_scale)
     return verify_case(q, kv, bt, prefix, vis, scale, parents, n_nodes)

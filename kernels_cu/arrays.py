@@ -134,6 +134,10 @@ class Staging:
             return host
         return out
 
+    def scratch(self, nbytes: int) -> int:
+        """A device-only buffer (partial results), freed with the call's other buffers."""
+        return int(self._alloc(max(int(nbytes), 1)).handle)
+
     def _alloc(self, n):
         buf = self.g.device.memory_resource.allocate(n, stream=self.g.stream)
         self.buffers.append(buf)
@@ -176,6 +180,12 @@ class Prepared:
             self.staging.close()
 
 
+def check_aligned(arg: str, x, what: str) -> None:
+    """A caller's device array must be 16-byte aligned where the kernel moves 16-byte vectors (`what`)."""
+    if isinstance(x, DeviceArray) and x.ptr % 16:
+        raise InputError(f"{arg}: device pointer 0x{x.ptr:x} is not 16-byte aligned ({what})")
+
+
 def call_args(contract, scope: dict) -> dict:
     """An implementation's arguments by name, from its `locals()` (its parameters are the contract's)."""
     return {name: scope[name] for name in contract.arg_names}
@@ -199,8 +209,10 @@ def check(res):
         raise RuntimeError(f"CUDA error {err.name}")
 
 
-def launch_kernel(spec, grid, shmem, *args):
+def launch_kernel(spec, grid, shmem, *args, entry: str | None = None, block: int | None = None):
+    """Launch one of the spec's entries (default: its main entry, with the spec's block size)."""
     from cuda.core import LaunchConfig, launch
 
-    kernel = runtime.load(spec, shmem)
-    launch(runtime.gpu().stream, LaunchConfig(grid=grid, block=spec.block, shmem_size=shmem), kernel, *args)
+    kernel = runtime.load(spec, shmem, entry)
+    config = LaunchConfig(grid=grid, block=block or spec.block, shmem_size=shmem)
+    launch(runtime.gpu().stream, config, kernel, *args)

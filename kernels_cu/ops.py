@@ -18,13 +18,18 @@ def _module(slug: str):
 
 
 @functools.cache
-def _bound(spec: specs.KernelSpec):
-    return _module(spec.slug).bind(spec)
+def _bound(spec: specs.KernelSpec, knobs: tuple):
+    return _module(spec.slug).bind(spec, **dict(knobs))
 
 
-def function(slug: str, variant: str):
-    """The op function for one variant (looked up now, so a spec swapped in by a test is honoured)."""
-    return _bound(specs.get(slug, variant))
+def function(slug: str, variant: str, **knobs):
+    """The op function for one variant (looked up now, so a spec swapped in by a test is honoured), with
+    the spec's tuning knobs fixed where given (e.g. tree_verify's split_chunk)."""
+    spec = specs.get(slug, variant)
+    unknown = set(knobs) - set(spec.knobs)
+    if unknown:
+        raise TypeError(f"{spec.name} has no tuning knob {', '.join(sorted(unknown))} (it has {spec.knobs})")
+    return _bound(spec, tuple(sorted((k, v) for k, v in knobs.items() if v is not None)))
 
 
 def prepare(slug: str, variant: str, *args, **kwargs):

@@ -251,13 +251,20 @@ def _module(spec: KernelSpec):
     return ObjectCode.from_cubin(compile_kernel(spec, build_arch(spec, gpu().arch)).cubin)
 
 
-_smem_limit: dict[KernelSpec, int] = {}
+_smem_limit: dict[tuple[KernelSpec, str], int] = {}
 
 
-def load(spec: KernelSpec, dynamic_smem: int = 0):
-    """The spec's kernel, with its dynamic shared-memory limit raised to `dynamic_smem` when needed."""
-    kernel = _module(spec).get_kernel(spec.entry)
-    if dynamic_smem > max(48 * 1024, _smem_limit.get(spec, 0)):
+@functools.cache
+def _kernel(spec: KernelSpec, entry: str):
+    return _module(spec).get_kernel(entry)
+
+
+def load(spec: KernelSpec, dynamic_smem: int = 0, entry: str | None = None):
+    """The spec's kernel `entry` (default: its main entry), with its dynamic shared-memory limit raised to
+    `dynamic_smem` when needed."""
+    entry = entry or spec.entry
+    kernel = _kernel(spec, entry)
+    if dynamic_smem > max(48 * 1024, _smem_limit.get((spec, entry), 0)):
         from cuda.bindings import driver
 
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -267,8 +274,10 @@ def load(spec: KernelSpec, dynamic_smem: int = 0):
         else:
             (err,) = driver.cuFuncSetAttribute(h, attr, dynamic_smem)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cannot raise {spec.name}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}")
-        _smem_limit[spec] = dynamic_smem
+            raise RuntimeError(
+                f"cannot raise {spec.name} {entry}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}"
+            )
+        _smem_limit[(spec, entry)] = dynamic_smem
     return kernel
 
 

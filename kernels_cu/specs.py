@@ -24,7 +24,7 @@ class KernelSpec:
     description: str
     source: str  # file in kernels_cu/
     entry: str
-    geometry: str  # the query kernel that evaluates the launch geometry header for the host
+    geometry: str  # the query kernel that evaluates the launch geometry header on the device (a cross-check)
     block: int
     defines: tuple[tuple[str, str], ...] = ()
     # NVRTC options beyond the common ones (runtime.program_options)
@@ -32,12 +32,22 @@ class KernelSpec:
     archs: tuple[str, ...] = PORTABLE_ARCHS
     # input dtypes the variant takes, where narrower than the contract's (an sm_90a kernel may be bf16 only)
     dtypes: tuple[str, ...] | None = None
+    # other entry functions of the module the wrapper launches (a second dtype path, a combine kernel)
+    extra_entries: tuple[str, ...] = ()
+    # tuning arguments the wrapper's prepare() takes beyond the contract (tests force them; defaults are the
+    # geometry header's rules)
+    knobs: tuple[str, ...] = ()
     # (old, new) text replacements applied to the source: only the harness's deliberately broken kernels
     patches: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
         return f"{self.slug}:{self.variant}"
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        """Every entry function the spec's module must have: the main one, the others, the geometry query."""
+        return (self.entry, *self.extra_entries, self.geometry)
 
     def all_defines(self) -> dict[str, str]:
         return {"KDTR_BLOCK": str(self.block), **dict(self.defines)}
@@ -81,6 +91,18 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_accept_kernel",
         "tree_accept_geometry",
         128,
+    ),
+    KernelSpec(
+        "tree_verify",
+        "portable",
+        "mma.sync bf16 tensor cores (fp32 accumulation) and an fp32 CUDA-core path, tree mask by selection, "
+        "split-KV with an ordered combine",
+        "tree_verify.cu",
+        "tree_verify_bf16_kernel",
+        "tree_verify_geometry_kernel",
+        256,  # tv::kThreads in tree_verify.cuh (the wrapper launches with the header's value)
+        extra_entries=("tree_verify_f32_kernel", "tree_verify_combine_bf16_kernel", "tree_verify_combine_f32_kernel"),
+        knobs=("split_chunk",),
     ),
 )
 

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import TREE_ACCEPT, Accept, InputError, limits
+from contract import TREE_ACCEPT, Accept, limits
 
-from . import runtime
-from .arrays import DeviceArray, Prepared, Staging, call_args, check, driver, launch_kernel, run, split_args
+from . import geometry
+from .arrays import (
+    DeviceArray,
+    Prepared,
+    Staging,
+    call_args,
+    check,
+    check_aligned,
+    driver,
+    launch_kernel,
+    run,
+    split_args,
+)
 from .specs import KernelSpec
 
 
@@ -18,11 +29,8 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     checked = TREE_ACCEPT.validate(**host)
     bs, D, L = checked.dims["bs"], checked.dims["D"], checked.args["max_depth"]
     kv = dev["kv_cache"]
-    if isinstance(kv, DeviceArray) and kv.ptr % 16:
-        raise InputError(
-            f"kv_cache: device pointer 0x{kv.ptr:x} is not 16-byte aligned (the commit copies 16-byte vectors)"
-        )
-    (smem,) = runtime.geometry(spec, (np.int32(D),), 1)
+    check_aligned("kv_cache", kv, "the commit copies 16-byte vectors")
+    smem = geometry.tree_accept(D)
     st = Staging(lib, like)
     try:
         st.sync_before()

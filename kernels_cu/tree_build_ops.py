@@ -7,7 +7,7 @@ import numpy as np
 
 from contract import TREE_BUILD, Tree
 
-from . import runtime
+from . import geometry, runtime
 from .arrays import Prepared, Staging, call_args, launch_kernel, run, split_args
 from .specs import KernelSpec
 
@@ -19,9 +19,8 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     if dev["prefix_lens"] is None:  # the contract's default (zeros), staged from the host
         dev["prefix_lens"] = checked.args["prefix_lens"]
     bs, L, K_in, B, F = (checked.dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    smem, lp_in_smem = runtime.geometry(
-        spec, (np.int32(B), np.int32(L), np.int32(K_in), np.int64(runtime.smem_optin_limit())), 2
-    )
+    stage_policy = int(spec.all_defines()["KDTR_TB_STAGE_LP"])
+    smem, lp_in_smem = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), stage_policy)
     st = Staging(lib, like)
     try:
         st.sync_before()

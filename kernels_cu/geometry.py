@@ -1,0 +1,118 @@
+"""Kernel launch geometry, read from the kernels' own headers (kernels_cu/<op>.cuh).
+
+The headers hold the geometry as host+device constexpr functions: NVRTC and nvcc compile them into the
+kernels and the engine, and here the same headers are compiled into one small host library
+(kernels_cu/geometry_host.cpp, with the C++ compiler `$CXX`, default `c++`) that Python calls through ctypes,
+so no launch formula is restated in Python and the geometry is known without a GPU. The library is cached
+next to the cubins, keyed by the sources and the compiler, and written atomically (xdist workers may build
+it at once). Each kernel module also has a geometry query kernel that evaluates the same functions on the
+GPU; conformance/test_kernels_build.py and meta/test_kernel_geometry.py check that both agree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+from . import runtime
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+class GeometryError(RuntimeError):
+    """The geometry library could not be built (no C++ compiler, or the header does not compile)."""
+
+
+def _compiler() -> str:
+    cxx = os.environ.get("CXX") or "c++"
+    path = shutil.which(cxx)
+    if path is None:
+        raise GeometryError(f"no C++ compiler '{cxx}' on PATH (set CXX): the launch geometry is built from its header")
+    return path
+
+
+SOURCES = (
+    "geometry_host.cpp",
+    "common.cuh",
+    "contract_limits.cuh",
+    "tree_build.cuh",
+    "tree_accept.cuh",
+    "tree_verify.cuh",
+)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    cxx = _compiler()
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    parts = [(HERE / f).read_text() for f in SOURCES] + [cxx, version]
+    key = hashlib.sha256(b"\0".join(x.encode() for x in parts))
+    path = runtime.cache_dir() / f"geometry-{key.hexdigest()[:24]}.so"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".so")
+        os.close(fd)
+        try:
+            cmd = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{HERE}", str(HERE / SOURCES[0]), "-o", tmp]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise GeometryError(f"building the geometry library failed:\n{' '.join(cmd)}\n{r.stderr}")
+            os.replace(tmp, path)
+        finally:
+            pathlib.Path(tmp).unlink(missing_ok=True)
+    lib = ctypes.CDLL(str(path))
+    i64p = ctypes.POINTER(ctypes.c_longlong)
+    lib.kdtr_tree_build_geometry.restype = None
+    lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong, ctypes.c_int, i64p]
+    lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
+    lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
+    lib.tv_geometry_field_names.restype = ctypes.c_char_p
+    lib.tv_geometry_field_count.restype = ctypes.c_int
+    lib.tv_geometry_fields.restype = None
+    lib.tv_geometry_fields.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
+    return lib
+
+
+@functools.cache
+def tree_build(B: int, L: int, K_in: int, smem_limit: int, stage_policy: int) -> tuple[int, int]:
+    """(dynamic shared memory bytes, lp_in_smem) of tree_build for a variant's staging policy."""
+    out = (ctypes.c_longlong * 2)()
+    _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, out)
+    return int(out[0]), int(out[1])
+
+
+@functools.cache
+def tree_accept(D: int) -> int:
+    """Dynamic shared memory bytes of tree_accept for tree width D."""
+    return int(_library().kdtr_tree_accept_smem(D))
+
+
+@functools.cache
+def tree_verify_fields() -> tuple[str, ...]:
+    lib = _library()
+    names = tuple(lib.tv_geometry_field_names().decode().split())
+    if len(names) != lib.tv_geometry_field_count():
+        raise GeometryError(f"tree_verify geometry: {len(names)} names for {lib.tv_geometry_field_count()} fields")
+    return names
+
+
+@functools.cache
+def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0) -> dict[str, int]:
+    """The header's geometry for one request: n_keys = prefix_len + Q, rows = Q·H, variant (the values of
+    `variant_bf16` / `variant_f32`), chunk = an explicit split chunk in keys (<= 0: the default rule)."""
+    names = tree_verify_fields()
+    out = (ctypes.c_longlong * len(names))()
+    _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), out)
+    return dict(zip(names, (int(x) for x in out)))
+
+
+def tree_verify_variant(dtype_name: str) -> int:
+    """Variant id of the header for 'bf16' or 'fp32' inputs."""
+    g = tree_verify(1, 1, 0)
+    return g["variant_bf16" if dtype_name == "bf16" else "variant_f32"]

@@ -1,0 +1,27 @@
+// The kernels' launch geometry headers (<op>.cuh) as one C-ABI host library, so that the Python wrappers
+// call the headers' own constexpr functions instead of restating them (kernels_cu/geometry.py builds and
+// loads this file with the host C++ compiler). The engine's host code includes the same headers directly.
+#include "tree_accept.cuh"
+#include "tree_build.cuh"
+#include "tree_verify.cuh"
+
+extern "C" {
+// tree_build: dynamic shared memory and whether the log-probs are staged, for the variant's staging policy
+// (KDTR_TB_STAGE_LP) and the device's per-block limit.
+void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, long long* out) {
+  const int K = B < K_in ? B : K_in;
+  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
+  out[0] = tree_build_smem(B, L, K, stage).total;
+  out[1] = stage ? 1 : 0;
+}
+
+// tree_accept: dynamic shared memory for tree width D.
+long long kdtr_tree_accept_smem(int D) { return tree_accept_smem_bytes(D); }
+
+// tree_verify: the named fields of tv::geometry_fields, per request.
+const char* tv_geometry_field_names() { return TV_GEOMETRY_FIELDS; }
+int tv_geometry_field_count() { return tv::kGeometryFields; }
+void tv_geometry_fields(long long n_keys, long long rows, int variant, long long chunk, long long* out) {
+  tv::geometry_fields(n_keys, rows, variant, chunk, out);
+}
+}

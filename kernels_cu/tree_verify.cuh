@@ -1,0 +1,105 @@
+// Launch geometry of tree_verify (kernels_cu/tree_verify.cu): tile sizes, the shared-memory layout, the grid
+// and the split-KV rule, as host+device constexpr functions. This header is the one place they are written:
+// NVRTC includes it for the kernels, nvcc for the engine, and the Python wrapper calls the same functions
+// compiled as a small host library (kernels_cu/geometry.py builds tree_verify_geometry_host.cpp), so no
+// launch formula is copied into Python. It includes nothing and uses no CUDA types, so any C++17 compiler
+// takes it.
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define TV_HD __host__ __device__
+#else
+#define TV_HD
+#endif
+
+namespace tv {
+
+// Variants. kBf16: bf16 operands on tensor cores (mma.sync m16n8k16, fp32 accumulation); kF32: fp32 on CUDA
+// cores (TV.2.1's tolerance is below what TF32 operands give).
+constexpr int kBf16 = 0;
+constexpr int kF32 = 1;
+
+constexpr int kHeadDim = 576;  // c_kv 512 ‖ k_pe 64 (and q_nope·W_UK 512 ‖ q_pe 64)
+constexpr int kLatent = 512;   // V = the first 512 columns of the same cache rows
+constexpr int kThreads = 256;  // 8 warps per CTA, both variants
+constexpr int kBlockN = 32;    // keys per KV block (one pass of S, softmax, P·V)
+
+// Split-KV rule (flash-decoding). A request is split into chunks of `split_chunk` keys; the default chunk
+// depends on the request's own key count and on the call's Q·H only, never on the rest of the batch, so a
+// request's bits are the same alone or in any batch (TV.3.3). It aims at kTargetCtas CTAs per request
+// (about one wave on a 132-SM H200) and never makes chunks shorter than kMinChunk keys, because each split
+// writes m_tile x 512 fp32 partial outputs that the combine kernel reads back.
+constexpr long long kTargetCtas = 128;
+constexpr long long kMinChunk = 512;
+
+// Combine kernel: one warp per (query, head) row.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineRows = kCombineThreads / 32;
+
+TV_HD constexpr int m_tile(int v) { return v == kBf16 ? 64 : 32; }  // (query, head) rows per CTA
+TV_HD constexpr int kv_stages(int v) { return v == kBf16 ? 2 : 1; }  // KV blocks in shared memory
+TV_HD constexpr int elem_bytes(int v) { return v == kBf16 ? 2 : 4; }
+// Row pitch of the q and KV tiles in elements: 16 bytes of padding per 576-wide row puts consecutive rows 16
+// bytes apart modulo 128, so the 8 row addresses of an ldmatrix phase (bf16) or 8 float4 loads (fp32) hit
+// 8 different bank groups.
+TV_HD constexpr int row_pitch(int v) { return kHeadDim + 16 / elem_bytes(v); }
+// S is computed in n_parts slices of the 576 dims (bf16: 4 warps per row half, 144 dims each) and the
+// partial sums are added in a fixed order by the softmax step.
+TV_HD constexpr int s_parts(int v) { return v == kBf16 ? 4 : 1; }
+TV_HD constexpr int s_pitch(int v) { return kBlockN + (v == kBf16 ? 8 : 4); }  // floats; bank spread
+TV_HD constexpr int p_pitch(int v) { return kBlockN + 16 / elem_bytes(v); }    // elements of P
+
+// Shared-memory layout in bytes (every offset is a multiple of 16: cp.async and ldmatrix need it).
+TV_HD constexpr int smem_q_offset(int) { return 0; }
+TV_HD constexpr int smem_kv_offset(int v) { return m_tile(v) * row_pitch(v) * elem_bytes(v); }
+TV_HD constexpr int smem_kv_stage_bytes(int v) { return kBlockN * row_pitch(v) * elem_bytes(v); }
+TV_HD constexpr int smem_s_offset(int v) { return smem_kv_offset(v) + kv_stages(v) * smem_kv_stage_bytes(v); }
+TV_HD constexpr int smem_p_offset(int v) { return smem_s_offset(v) + s_parts(v) * m_tile(v) * s_pitch(v) * 4; }
+TV_HD constexpr int smem_stats_offset(int v) { return smem_p_offset(v) + m_tile(v) * p_pitch(v) * elem_bytes(v); }
+// alpha (the per-block rescale), then the final l of every row
+TV_HD constexpr int smem_bytes(int v) { return smem_stats_offset(v) + 2 * m_tile(v) * 4; }
+
+TV_HD constexpr long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// Grid: x = row tile of the request's Q·H (query, head) rows (fastest, so the tiles that share a KV split
+// run together and share it through L2), y = split, z = request.
+TV_HD constexpr long long row_tiles(long long rows, int v) { return ceil_div(rows, m_tile(v)); }
+
+TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, int v) {
+  const long long want = ceil_div(kTargetCtas, row_tiles(rows, v));  // splits wanted for this request
+  const long long most = n_keys / kMinChunk;                           // splits of at least kMinChunk keys
+  const long long n = want < most ? want : (most > 1 ? most : 1);
+  return ceil_div(ceil_div(n_keys, n), kBlockN) * kBlockN;  // whole key blocks
+}
+
+// Split s of a request covers keys [s·chunk, min((s+1)·chunk, n_keys)).
+TV_HD constexpr long long n_splits(long long n_keys, long long chunk) { return ceil_div(n_keys, chunk); }
+
+TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows, kCombineRows); }
+
+// Everything a launcher needs for one request, in one call: the values below, in this order, with these
+// names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule.
+#define TV_GEOMETRY_FIELDS                                                                                   \
+  "variant_bf16 variant_f32 threads block_n combine_threads combine_rows m_tile kv_stages smem_bytes "       \
+  "row_tiles split_chunk n_splits combine_blocks"
+constexpr int kGeometryFields = 13;
+constexpr int kGeometryStride = 16;  // values per argument set in the device query kernel's output
+
+TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long long chunk, long long* out) {
+  const long long c = chunk > 0 ? chunk : default_split_chunk(n_keys, rows, v);
+  out[0] = kBf16;
+  out[1] = kF32;
+  out[2] = kThreads;
+  out[3] = kBlockN;
+  out[4] = kCombineThreads;
+  out[5] = kCombineRows;
+  out[6] = m_tile(v);
+  out[7] = kv_stages(v);
+  out[8] = smem_bytes(v);
+  out[9] = row_tiles(rows, v);
+  out[10] = c;
+  out[11] = n_splits(n_keys, c);
+  out[12] = combine_blocks(rows);
+}
+
+}  // namespace tv

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tree_verify kernel development run on a GPU machine: smoke checks, the tree_verify conformance tests, the
+# kernel mutants and compute-sanitizer (in parallel, all correctness), then the timing table alone.
+# Usage: tools/tree_verify_dev.sh OUT [stages...]   (stages: smoke check time profile; default all)
+# MUTANTS=0 leaves the kernel mutants out of `check`.
+# OUT gets summary.txt, timing.md, timing.json and logs.tar.gz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: tools/tree_verify_dev.sh OUT [stages]}; shift
+STAGES=${*:-smoke check time profile}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT/logs"
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
+# reports name this revision (set it when the tree is a copy without .git, or inside another checkout)
+export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+stage() {  # name timeout_s command...: the command's log, rc and last result line go to the summary
+  local name=$1 t=$2; shift 2; local t0=$SECONDS
+  timeout "$t" "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?
+  summary "$name: rc=$rc, $((SECONDS - t0)) s; $(grep -E '(passed|failed|error|ERROR SUMMARY|RACECHECK SUMMARY|failure)' \
+    "$OUT/logs/$name.log" | tail -1)"
+}
+{ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; $PY --version
+  ${CXX:-c++} --version | head -1; } >"$OUT/logs/env.log" 2>&1
+summary "tree_verify dev run, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -1)"
+for s in $STAGES; do case $s in
+  smoke) stage smoke 120 $PY tools/tree_verify_dev.py smoke ;;
+  check)
+    stage conformance 270 $PY -m pytest conformance/test_tree_verify.py conformance/test_fixtures.py \
+      conformance/test_kernels_build.py meta/test_kernel_geometry.py --impl cuda --require-gpu -n 6 -q \
+      -p no:cacheprovider --report-dir "$OUT/logs/conformance" &
+    [ "${MUTANTS:-1}" = 0 ] || stage kernel_mutants 270 $PY -m pytest meta/test_kernel_mutants.py -k k_tv -n 8 -q \
+      -p no:cacheprovider --report-dir "$OUT/logs/mutants" &
+    ( for tool in memcheck racecheck initcheck synccheck; do
+        stage "sanitizer_$tool" 70 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+          $PY tools/tree_verify_dev.py sanitize
+      done ) &
+    wait
+    grep -E '^\| k_tv|^## Mutants' "$OUT/logs/mutants/conformance.md" 2>/dev/null | tee -a "$OUT/summary.txt" ;;
+  time)
+    stage timing 180 $PY tools/tree_verify_dev.py time --json "$OUT/timing.json"
+    grep -E '^\||^ceilings' "$OUT/logs/timing.log" >"$OUT/timing.md"
+    cat "$OUT/timing.md" ;;
+  profile)  # Nsight Compute on one compute-bound launch (clocks left as they are)
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    stage ncu 120 "$NCU" --clock-control none --kernel-name tree_verify_bf16_kernel --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats $PY tools/tree_verify_dev.py profile
+    grep -E "Duration|Throughput|Pipe|Stall|Warp Cycles|Issue|Bank|Registers|Achieved Occupancy|SM Frequency" \
+      "$OUT/logs/ncu.log" | head -60 >"$OUT/ncu.txt" ;;
+esac; done
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs" "$OUT/.cache"
