@@ -235,21 +235,28 @@ def gpu() -> Gpu:
 
 
 @functools.cache
-def _module(slug: str):
-    """The loaded cubin of `slug` for the current GPU (kept alive for the kernel) and its kernel."""
+def _object(slug: str):
+    """The loaded cubin of `slug` for the current GPU (cached: kernels keep it alive)."""
     from cuda.core import ObjectCode
 
-    obj = ObjectCode.from_cubin(compile_kernel(slug, gpu().arch).cubin)
-    return obj, obj.get_kernel(ENTRY[slug])
+    return ObjectCode.from_cubin(compile_kernel(slug, gpu().arch).cubin)
 
 
-_smem_limit: dict[str, int] = {}
+@functools.cache
+def _kernel(slug: str, entry: str):
+    return _object(slug).get_kernel(entry)
 
 
-def load(slug: str, dynamic_smem: int = 0):
-    """The kernel of `slug`, with its dynamic shared-memory limit raised to `dynamic_smem` when needed."""
-    _, kernel = _module(slug)
-    if dynamic_smem > max(48 * 1024, _smem_limit.get(slug, 0)):
+_smem_limit: dict[tuple[str, str], int] = {}
+
+
+def load(slug: str, dynamic_smem: int = 0, entry: str | None = None):
+    """The kernel `entry` (default: the op's main entry) of `slug`, with its dynamic shared-memory limit raised
+    to `dynamic_smem` when needed."""
+    entry = entry or ENTRY[slug]
+    kernel = _kernel(slug, entry)
+    key = (slug, entry)
+    if dynamic_smem > max(48 * 1024, _smem_limit.get(key, 0)):
         from cuda.bindings import driver
 
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -259,6 +266,8 @@ def load(slug: str, dynamic_smem: int = 0):
         else:
             (err,) = driver.cuFuncSetAttribute(h, attr, dynamic_smem)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"cannot raise {slug}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}")
-        _smem_limit[slug] = dynamic_smem
+            raise RuntimeError(
+                f"cannot raise {slug}:{entry}'s dynamic shared memory to {dynamic_smem} bytes: {err.name}"
+            )
+        _smem_limit[key] = dynamic_smem
     return kernel
