@@ -94,9 +94,17 @@ def test_stages_partition_the_suite(perf_items):
     assert ceilings and all(ceilings <= ids for ids in per_stage.values()), "the ceilings run in every stage"
     union = set().union(*per_stage.values())
     assert union == every, f"cases in no stage: {sorted(every - union)[:5]}"
+    h64, h128 = per_stage["verify_h64"] - ceilings, per_stage["verify_h128"] - ceilings
+    assert len(h64) == len(h128) == 80
+    assert all("H64-" in n for n in h64) and all("H128-" in n for n in h128)
     assert {n.split("::")[-1] for n in _in(perf_items, "gate") - ceilings} == {
         f"test_tree_build[bs{bs}-B{B}]" for bs, B in [(1, 16), (64, 16), (1, 64), (64, 64), (16, 256)]
     }
+
+
+def test_quick_grid_is_smaller(perf_items):
+    full, quick = _in(perf_items, "verify_h64"), _in(perf_items, "verify_h64", quick=True)
+    assert 0 < len(quick) < len(full) / 4
 
 
 def test_stage_option_deselects(tmp_path):
