@@ -1,6 +1,9 @@
 """Deliberately broken CUDA kernels: each is a textual patch of kernels_cu/<op>.cu applied at compile time
 when KDTR_KERNEL_MUTANT names it (the cache key hashes the patched source). meta/test_kernel_mutants.py runs
-the op's conformance tests with --impl cuda against each and requires a failure."""
+the op's conformance tests with --impl cuda against each and requires a failure.
+
+SLOWDOWNS are patched the same way but stay correct: each adds a fixed delay, so that the perf regression
+gate can be shown to catch a real slowdown (tools/gpu_suite.sh's `gate` stage) and to pass a rerun."""
 
 from __future__ import annotations
 
@@ -32,8 +35,21 @@ MUTANTS = {
 }
 
 
+# Every thread of every block spins ~20000 SM cycles (about 10 µs at the H200's 1.98 GHz) before its work.
+SPIN = "{ const long long t0 = clock64(); while (clock64() - t0 < 20000) { } }  // planted slowdown\n"
+SLOWDOWNS = {
+    "slow_tb_spin_10us": (
+        "tree_build",
+        "  const int tid = threadIdx.x;\n",
+        "  const int tid = threadIdx.x;\n  " + SPIN,
+    ),
+}
+
+
 def apply(slug: str, source: str, name: str) -> str:
-    op, old, new = MUTANTS[name]
+    if name not in MUTANTS and name not in SLOWDOWNS:
+        raise ValueError(f"KDTR_KERNEL_MUTANT={name!r} names no kernel mutant or slowdown")
+    op, old, new = MUTANTS.get(name) or SLOWDOWNS[name]
     if op != slug:
         return source
     if old not in source:

@@ -14,12 +14,12 @@ from kernels_cu import runtime
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS))
+@pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS) + sorted(kernel_mutants.SLOWDOWNS))
 def test_mutant_patch_applies_and_compiles(name, monkeypatch):
-    """CPU-side half: the patch still matches the source and the broken kernel still compiles for sm_90."""
+    """CPU-side half: the patch still matches the source and the broken (or slowed) kernel compiles for sm_90."""
     monkeypatch.setenv("KDTR_KERNEL_MUTANT", name)
     monkeypatch.setenv("KDTR_DISABLE_CACHE", "1")
-    slug = kernel_mutants.MUTANTS[name][0]
+    slug = (kernel_mutants.MUTANTS.get(name) or kernel_mutants.SLOWDOWNS[name])[0]
     runtime.compile_kernel.cache_clear()
     try:
         assert runtime.compile_kernel(slug, "sm_90").cubin
