@@ -2,7 +2,7 @@
 PYTEST = .venv/bin/python -m pytest
 JOBS ?= auto
 
-.PHONY: setup conformance test perf lint format corpus fixtures limits clean
+.PHONY: setup conformance test perf bench-report lint format corpus fixtures limits clean
 setup:
 	@tools/setup.sh
 
@@ -15,9 +15,15 @@ conformance: setup
 test: setup
 	KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
 
-# Benchmarks need a GPU and no xdist (pytest-benchmark turns itself off under xdist).
+# Benchmarks: no xdist (pytest-benchmark turns itself off under it); without a GPU only the CPU cases run.
+# On a GPU, ARGS="--perf-stage build" etc. keeps each run within 10 minutes (README, Benchmarks).
 perf: setup
-	$(PYTEST) perf -p no:xdist --benchmark-enable --benchmark-json=reports/perf.json $(ARGS)
+	$(PYTEST) perf --benchmark-json=reports/perf.json $(ARGS)
+	.venv/bin/python tools/bench_report.py reports/perf.json --out reports/perf-report
+
+# The benchmark report from any benchmark JSON files: make bench-report JSON="a.json b.json" OUT=docs
+bench-report:
+	.venv/bin/python tools/bench_report.py $(or $(JSON),reports/perf.json) --out $(or $(OUT),docs)
 
 # Lint, format check and type check (ruff and mypy, configured in pyproject.toml); `make format` rewrites.
 lint:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from harness import device, impls, spec
+from harness.bench import ceilings, stages
 
 pytest_plugins = ["harness.reporting"]
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -57,6 +58,24 @@ def pytest_addoption(parser):
         default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
         help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)",
     )
+    group = parser.getgroup("kdtr perf", "the benchmarks under perf/ (harness/bench/stages.py)")
+    group.addoption(
+        "--perf-stage",
+        default=os.environ.get("KDTR_PERF_STAGE") or None,
+        help=f"run one stage of the perf suite: {', '.join(stages.STAGES)} (default: every case)",
+    )
+    group.addoption(
+        "--perf-quick",
+        action="store_true",
+        default=bool(os.environ.get("KDTR_PERF_QUICK")),
+        help="a reduced grid (cases marked perf_full are left out)",
+    )
+    group.addoption(
+        "--perf-no-comparators",
+        action="store_true",
+        default=bool(os.environ.get("KDTR_PERF_NO_COMPARATORS")),
+        help="time the kernels only (the regression gate's reruns)",
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -69,13 +88,20 @@ def pytest_configure_node(node):
 
 
 def pytest_configure(config):
-    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy). Everyone: check
-    --impl against the registry."""
+    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy). Everyone: check --impl
+    against the registry and --perf-stage against the stages. A benchmark JSON asked for under xdist is a
+    usage error: pytest-benchmark switches itself off there and writes nothing."""
     gpu = getattr(config, "workerinput", {}).get("kdtr_gpu")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    if config.getoption("benchmark_json", None) and config.getoption("dist", "no") != "no":
+        raise pytest.UsageError(
+            "--benchmark-json under pytest-xdist: pytest-benchmark disables itself there and writes no file; "
+            "run the benchmarks without -n (e.g. `pytest perf --benchmark-json FILE`)"
+        )
     try:
         impls.expand(config.getoption("--impl"))
+        stages.check(config.getoption("--perf-stage"))
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
 
@@ -94,8 +120,27 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("impl", chosen, indirect=True, ids=[f"impl={n}" for n in chosen])
 
 
+def _select_perf(config, items):
+    """--perf-stage / --perf-quick: deselect the perf cases outside the stage or the quick grid."""
+    stage, quick = config.getoption("--perf-stage"), config.getoption("--perf-quick")
+    if stage is None and not quick:
+        return
+    keep, drop = [], []
+    for item in items:
+        names = {n for m in item.iter_markers("perf_stage") for n in m.args}
+        perf = item.get_closest_marker("perf") is not None
+        ok = not perf or stages.selected(
+            names, item.get_closest_marker("perf_full") is not None, stage=stage, quick=quick
+        )
+        (keep if ok else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    _select_perf(config, items)
     registry = spec.registry()
     errors = []
     for item in items:
@@ -139,3 +184,16 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         "probe": p.reason,
     }
     machine_info["git_revision"] = device.git_revision(str(ROOT))
+    machine_info["packages"] = device.package_versions()
+
+
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    """The run's own facts beside pytest-benchmark's: the command, the stage, and the ceilings measured."""
+    output_json["kdtr"] = {
+        "command": " ".join(["pytest", *config.invocation_params.args]),
+        "stage": config.getoption("--perf-stage"),
+        "quick": config.getoption("--perf-quick"),
+        "comparators": not config.getoption("--perf-no-comparators"),
+        "ceilings": ceilings.snapshot(),
+        "kernel_mutant": config.getoption("--kernel-mutant", default=None),
+    }

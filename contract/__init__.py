@@ -13,7 +13,7 @@ from .op import Checked, OpContract
 from .tree_accept import CONTRACT as TREE_ACCEPT
 from .tree_accept import Accept
 from .tree_build import CONTRACT as TREE_BUILD
-from .tree_build import Tree
+from .tree_build import Tree, full_mask_bytes
 from .tree_verify import CONTRACT as TREE_VERIFY
 from .tree_verify import Verified
 
@@ -32,5 +32,6 @@ __all__ = [
     "OpContract",
     "Tree",
     "Verified",
+    "full_mask_bytes",
     "limits",
 ]

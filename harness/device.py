@@ -41,7 +41,9 @@ def package_versions() -> dict[str, str]:
         "cuda-pathfinder",
         "nvidia-cuda-nvrtc",
         "torch",
+        "nvidia-cublas",
         "cupy-cuda13x",
+        "matplotlib",
     ):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             out[p] = importlib.metadata.version(p)

@@ -94,15 +94,29 @@ MUTANTS = {
 }
 
 
+# Every thread of every block spins ~20000 SM cycles (about 10 µs at the H200's 1.98 GHz) before its work.
+SPIN = "{ const long long t0 = clock64(); while (clock64() - t0 < 20000) { } }  // planted slowdown\n"
+# Correct kernels that are slower: the perf regression gate must catch them (tools/gpu_suite.sh's `gate`).
+SLOWDOWNS = {
+    "slow_tb_spin_10us": (
+        "tree_build",
+        "  const int tid = threadIdx.x;\n",
+        "  const int tid = threadIdx.x;\n  " + SPIN,
+    ),
+}
+
+
 def mutated_specs(name: str) -> list[specs.KernelSpec]:
-    """The op's specs with the mutant's patch added (ValueError if the patch no longer matches the source:
-    checked when the spec is compiled)."""
-    slug, old, new = MUTANTS[name]
+    """The op's specs with the mutant's (or slowdown's) patch added (ValueError if the patch no longer
+    matches the source: checked when the spec is compiled)."""
+    if name not in MUTANTS and name not in SLOWDOWNS:
+        raise ValueError(f"--kernel-mutant {name!r} names no kernel mutant or slowdown")
+    slug, old, new = MUTANTS.get(name) or SLOWDOWNS[name]
     return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug)]
 
 
 def pytest_addoption(parser):
-    parser.addoption("--kernel-mutant", help="compile the kernels of this mutant's op with its patch")
+    parser.addoption("--kernel-mutant", help="compile the kernels of this mutant's (or slowdown's) op with its patch")
 
 
 def pytest_configure(config):

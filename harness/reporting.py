@@ -9,13 +9,14 @@ the controller (or a run without xdist) writes files. Tests add extra facts the 
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import pathlib
 
 import pytest
 
-from . import device, spec
+from . import device, skip_summary, spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RANK = {"failed": 3, "passed": 2, "xfailed": 1, "skipped": 0}
@@ -37,6 +38,8 @@ class _Collector:
         self.mutants: dict[str, dict] = {}
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
         self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
+        self.skips: collections.Counter = collections.Counter()  # every skipped test's reason (spec'd or not)
+        self.data: dict | None = None
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report):
@@ -51,6 +54,8 @@ class _Collector:
         outcome = _outcome(report)
         if outcome is None:
             return
+        if outcome == "skipped":
+            self.skips[skip_summary.reason_of(report) or "(no reason given)"] += 1
         self.tests[outcome] += 1
         for sid in props.get("spec_ids", ()):
             key = (sid, props.get("impl", "-"), props.get("device", "cpu"))
@@ -61,6 +66,18 @@ class _Collector:
                 if reason not in row["skip_reasons"] and len(row["skip_reasons"]) < 3:
                     row["skip_reasons"].append(reason)
 
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter):
+        """Skips grouped by reason, and what this run could not check at all (one line)."""
+        if hasattr(self.config, "workerinput"):
+            return
+        sentence = self.data["summary"]["not_checked"] if self.data else None
+        lines = skip_summary.terminal_lines(self.skips, sentence)
+        if lines:
+            terminalreporter.section("skips", sep="-")
+            for line in lines:
+                terminalreporter.write_line(line)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session):
         if hasattr(self.config, "workerinput"):
@@ -69,7 +86,7 @@ class _Collector:
             return
         out = pathlib.Path(self.config.getoption("--report-dir"))
         out.mkdir(parents=True, exist_ok=True)
-        data = self.build()
+        data = self.data = self.build()
         (out / "conformance.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
         (out / "conformance.md").write_text(render_markdown(data))
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -107,6 +124,8 @@ class _Collector:
         summary = {s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail")}
         summary["tests"] = self.tests
         summary["clauses_without_result"] = sorted(set(reg) - covered)
+        summary["not_checked"] = skip_summary.not_checked(rows)
+        summary["skip_groups"] = skip_summary.group_rows(rows)
         return {
             "environment": {
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -165,19 +184,26 @@ def render_markdown(data: dict) -> str:
         f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['xfail']} xfail. **Tests:** {s['tests']}.",
         "",
     ]
+    if s.get("not_checked"):
+        lines += [f"**{s['not_checked']}**", ""]
     if s["clauses_without_result"]:
         lines += [f"Clauses with no result in this run: {', '.join(s['clauses_without_result'])}", ""]
     lines += [
+        "Rows that ran (skipped rows are grouped by reason below the table):",
+        "",
         "| clause | title | accuracy | impl | variant | device | status | pass/fail/skip | note |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
-        note = "; ".join(r["skip_reasons"])[:160] if r["status"] == "skip" else ""
+        if r["status"] == "skip":
+            continue
+        note = f"{r['skipped']} test(s) skipped: {'; '.join(r['skip_reasons'])}"[:160] if r["skipped"] else ""
         lines.append(
             f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r.get('variant', '-')} | "
             f"{r['device']} | "
             f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |"
         )
+    lines += skip_summary.markdown(data["rows"])
     if data["kernel_resources"]:
         lines += [
             "",

@@ -14,9 +14,9 @@ from kernels_cu import runtime
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS))
+@pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS) + sorted(kernel_mutants.SLOWDOWNS))
 def test_mutant_patch_applies_and_compiles(name):
-    """CPU-side half: the patch still matches the source and the broken kernel still compiles."""
+    """CPU-side half: the patch still matches the source and the broken (or slowed) kernel still compiles."""
     for spec in kernel_mutants.mutated_specs(name):
         assert runtime.compile_kernel(spec, spec.archs[0]).cubin
 

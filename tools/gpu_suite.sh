@@ -1,73 +1,123 @@
 #!/usr/bin/env bash
-# The GPU runner job: conformance on the GPU (cuda and reference), the broken-kernel check, the kernels
-# under compute-sanitizer, the benchmarks, and (on several GPUs) the one-GPU-per-worker scaling.
+# The GPU runner job: conformance on the GPU (cuda and reference), the broken-kernel check, the kernels under
+# compute-sanitizer, the perf stages (each one pytest run that fits in 10 minutes on an H200), the regression
+# gate's planted-slowdown check, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
-#   stages: conformance mutants sanitizer perf scaling (default: all but scaling); `check` runs conformance,
-#   mutants and sanitizer side by side (they use the GPU lightly and the host's cores; one wall-clock bound).
-#   STAGE_TIMEOUT (seconds, default 1800) bounds each stage, so a hung stage still leaves its log.
-# OUT gets summary.txt, conformance.{json,md}, perf.{json,md}, env.txt and logs.tar.gz (every log).
+#   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
+#           baseline report scaling
+#   aliases: perf = the four perf_* stages, gate and report; all (default) = conformance mutants sanitizer perf;
+#            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
+#   baseline: compares OUT/perf-*.json with KDTR_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
+# Env: PYTHON (python3), KDTR_PERF_QUICK=1 (reduced grids), KDTR_STAGE_TIMEOUT (570 s per pytest run).
+# OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
+# docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/gpu_suite.sh OUT [stages]}; shift
-STAGES=${*:-conformance mutants sanitizer perf}
+PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate report)
+STAGES=()
+[ $# -gt 0 ] || set -- all
+for s in "$@"; do case $s in
+  all) STAGES+=(conformance mutants sanitizer "${PERF[@]}") ;;
+  perf) STAGES+=("${PERF[@]}") ;;
+  *) STAGES+=("$s") ;;
+esac; done
 PY=${PYTHON:-python3}
+LIMIT=${KDTR_STAGE_TIMEOUT:-570}
 mkdir -p "$OUT/logs"
+[ -f "$OUT/logs.tar.gz" ] && tar -xzf "$OUT/logs.tar.gz" -C "$OUT"  # a later call adds to the same logs
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 status=0
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
-run() { local name=$1; shift; local t0=$SECONDS; timeout "${STAGE_TIMEOUT:-1800}" "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?;
-        summary "$name: rc=$rc, $((SECONDS - t0)) s; $(grep -E '(passed|failed|error)' "$OUT/logs/$name.log" | tail -1)";
+run() { local name=$1; shift; local t0=$SECONDS; "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?;
+        summary "$name: rc=$rc, $((SECONDS - t0)) s; $(grep -E '(passed|failed|error|skipped)' "$OUT/logs/$name.log" | tail -1)";
         grep -hE 'SUMMARY:' "$OUT/logs/$name.log" | sed "s/^/  $name: /" | tee -a "$OUT/summary.txt";
-        [ $rc -eq 0 ] || status=1; }
+        [ $rc -eq 0 ] || status=1; return $rc; }
+# One perf pytest run, without xdist (pytest-benchmark is off under it); SIGINT at the limit still writes the JSON.
+perf_run() { local name=$1 json=$2; shift 2
+  run "$name" timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest perf -p no:xdist -q -p no:cacheprovider \
+      --benchmark-json="$json" --benchmark-columns=median,min,rounds --report-dir "$OUT/logs/$name" "$@"; }
 { date -u; echo "git revision: $GIT_REVISION"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-  $PY -c 'import sys; print(sys.version)'; } > "$OUT/env.txt" 2>&1
-summary "kdtree-conformance GPU suite, revision $GIT_REVISION, $NGPU GPU(s), $(date -u +%FT%TZ)"
+  "$PY" -c 'import sys; print(sys.version)'; "$PY" -m pip list 2>/dev/null | grep -iE '^(torch|cuda-|nvidia-cu|pytest|matplotlib) '
+} > "$OUT/env.txt" 2>&1
+summary "kdtree-conformance GPU suite, revision $GIT_REVISION, $NGPU GPU(s), $(date -u +%FT%TZ), stages: ${STAGES[*]}"
 stage_conformance() {
   # every clause on the GPU for every cuda variant and the reference (the CPU-only reference mutants and the
   # kernel mutants, which have their own stage, are left out)
-  run conformance $PY -m pytest conformance meta --impl cuda --impl reference --require-gpu -n "${JOBS:-8}" -q \
-      -p no:cacheprovider --report-dir "$OUT" --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
+  run conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl reference --require-gpu \
+      -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --deselect meta/test_mutants.py \
+      --deselect meta/test_kernel_mutants.py
 }
 stage_mutants() {
-  run kernel_mutants $PY -m pytest meta/test_kernel_mutants.py -n "${JOBS:-8}" -q -p no:cacheprovider \
-      --report-dir "$OUT/logs/mutants"
+  run kernel_mutants timeout -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py -n "${JOBS:-8}" -q \
+      -p no:cacheprovider --report-dir "$OUT/logs/mutants"
   grep -E '^\| k_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
   # tree_build and tree_accept through their conformance tests; tree_verify through the dev tool's sanitize
   # case list (every dtype path, forced splits, page sizes: its hypothesis tests take too long under a tool)
   for tool in memcheck racecheck initcheck synccheck; do
-    HYPOTHESIS_PROFILE=dev run "sanitizer_$tool" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-        $PY -m pytest conformance/test_tree_build.py conformance/test_tree_accept.py conformance/test_fixtures.py \
-        conformance/test_device_arrays.py conformance/test_extremes.py conformance/test_kernels_build.py \
-        --impl cuda --require-gpu -p no:xdist -q -p no:cacheprovider \
-        -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
-    run "sanitizer_${tool}_tree_verify" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-        $PY tools/tree_verify_dev.py sanitize
+    HYPOTHESIS_PROFILE=dev run "sanitizer_$tool" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
+        conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
+        conformance/test_extremes.py conformance/test_kernels_build.py --impl cuda --require-gpu -p no:xdist -q \
+        -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
+    run "sanitizer_${tool}_tree_verify" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+        --print-limit 20 "$PY" tools/tree_verify_dev.py sanitize
   done
 }
-for stage in $STAGES; do case $stage in
+for stage in "${STAGES[@]}"; do case $stage in
   conformance) stage_conformance ;;
   mutants) stage_mutants ;;
   sanitizer) stage_sanitizer ;;
-  check)
+  check)  # conformance, mutants and sanitizer side by side (light on the GPU, heavy on the host's cores)
     JOBS=${JOBS:-6}
     stage_conformance & stage_mutants & stage_sanitizer & wait
-    grep -q 'rc=[1-9]' "$OUT/summary.txt" && status=1 ;;
-  perf)
-    run perf $PY -m pytest perf -p no:xdist -q -p no:cacheprovider --benchmark-enable --benchmark-json="$OUT/perf.json" \
-        --benchmark-columns=median,min,rounds --report-dir "$OUT/logs/perf"
-    $PY tools/perf_table.py "$OUT/perf.json" > "$OUT/perf.md" 2>&1; cat "$OUT/perf.md" ;;
+    grep -qE ': rc=[1-9]' "$OUT/summary.txt" && status=1 ;;
+  perf_build|perf_verify_h64|perf_verify_h128|perf_verify_sweep)
+    perf_run "$stage" "$OUT/${stage/perf_/perf-}.json" --perf-stage "${stage#perf_}" --require-gpu ;;
+  gate)  # three reruns and one planted slowdown of the gate's cases; the gate must pass the rerun, fail the slowdown
+    for r in a b c; do
+      perf_run "gate_run_$r" "$OUT/gate-$r.json" --perf-stage gate --perf-no-comparators --require-gpu
+    done
+    perf_run gate_run_slow "$OUT/gate-slow.json" --perf-stage gate --perf-no-comparators --require-gpu \
+        -p harness.kernel_mutants --kernel-mutant slow_tb_spin_10us
+    "$PY" tools/perf_gate.py calibrate "$OUT/gate-a.json" "$OUT/gate-b.json" -o "$OUT/gate-calibration.json" \
+        | tee -a "$OUT/summary.txt"
+    "$PY" tools/perf_gate.py compare "$OUT/gate-a.json" "$OUT/gate-c.json" --calibration "$OUT/gate-calibration.json" \
+        > "$OUT/logs/gate_rerun.txt" 2>&1; rc_rerun=$?
+    "$PY" tools/perf_gate.py compare "$OUT/gate-a.json" "$OUT/gate-slow.json" --calibration "$OUT/gate-calibration.json" \
+        > "$OUT/logs/gate_slow.txt" 2>&1; rc_slow=$?
+    summary "gate: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_rerun.txt")"
+    summary "gate: planted slowdown rc=$rc_slow (want 1): $(tail -1 "$OUT/logs/gate_slow.txt")"
+    [ "$rc_rerun" -eq 0 ] && [ "$rc_slow" -eq 1 ] || status=1 ;;
+  baseline)  # the CI gate: this run's perf files against stored ones from the same kind of GPU
+    if [ -z "${KDTR_PERF_BASELINE:-}" ]; then summary "baseline: skipped (KDTR_PERF_BASELINE not set)"; continue; fi
+    cal=(); [ -f "$OUT/gate-calibration.json" ] && cal=(--calibration "$OUT/gate-calibration.json")
+    for base in "$KDTR_PERF_BASELINE"/perf-*.json; do
+      [ -f "$base" ] && [ -f "$OUT/$(basename "$base")" ] || continue
+      name=baseline_$(basename "$base" .json)
+      "$PY" tools/perf_gate.py compare "$base" "$OUT/$(basename "$base")" "${cal[@]}" > "$OUT/logs/$name.txt" 2>&1
+      rc=$?; summary "$name: rc=$rc; $(tail -1 "$OUT/logs/$name.txt")"; [ $rc -eq 0 ] || status=1
+    done ;;
+  report)
+    files=("$OUT"/perf-*.json)
+    if [ -f "${files[0]}" ]; then
+      run report "$PY" tools/bench_report.py "${files[@]}" --out "$OUT/docs"
+      summary "report: $OUT/docs/BENCHMARKS.md and $OUT/docs/benchmarks/*.png (copy both into docs/ to publish)"
+    else summary "report: no perf-*.json in $OUT"; fi ;;
   scaling)  # one worker per GPU against the same workers all on the first GPU (needs 2+ GPUs)
     if [ "$NGPU" -lt 2 ]; then summary "scaling: skipped, $NGPU GPU(s)"; continue; fi
     for gpus in "0" "$(seq -s, 0 $((NGPU - 1)))"; do
       t0=$SECONDS
-      KDTR_GPUS=$gpus run "scaling_gpus_${gpus//,/_}" $PY -m pytest conformance --impl cuda --require-gpu -n "$NGPU" -q \
+      KDTR_GPUS=$gpus run "scaling_gpus_${gpus//,/_}" "$PY" -m pytest conformance --impl cuda --require-gpu -n "$NGPU" -q \
           -p no:cacheprovider --report-dir "$OUT/logs/scaling_${gpus//,/_}"
       summary "scaling: $NGPU workers on GPUs {$gpus}: $((SECONDS - t0)) s wall"
     done ;;
+  *) summary "unknown stage: $stage"; status=2 ;;
 esac; done
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs" "$OUT/.cache"
+summary "outputs: $OUT/summary.txt, $OUT/perf-*.json, $OUT/gate-*.json, $OUT/docs/BENCHMARKS.md, $OUT/logs.tar.gz; status $status"
 exit $status

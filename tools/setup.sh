@@ -20,7 +20,7 @@ fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,report]'
 
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null

@@ -1,0 +1,27 @@
+"""The perf suite's stages: each is one `pytest perf --perf-stage NAME` run that fits in 10 minutes on the
+H200 (tools/gpu_suite.sh runs them one by one). A case names its stages with @pytest.mark.perf_stage(...);
+a case without the marker (the ceilings) runs in every stage. @pytest.mark.perf_full cases are left out by
+--perf-quick."""
+
+from __future__ import annotations
+
+# name -> what it runs and the H200 duration it was sized for
+STAGES = {
+    "build": "ceilings, tree_build (GPU grid + CPU builders), tree_accept, CPU reference cases; ~3 min",
+    "verify_h64": "ceilings, tree_verify H = 64 grid (Q x prefix x bs) with its comparators; ~6 min",
+    "verify_h128": "ceilings, tree_verify H = 128 grid with its comparators; ~8 min",
+    "verify_sweep": "ceilings, tree_verify TP shards (H 8/16), the budget sweep B 16..1024, FlexAttention; ~5 min",
+    "gate": "ceilings and a few tree_build cases without comparators (the gate's reruns); ~40 s",
+}
+
+
+def selected(stages: set[str], full_only: bool, *, stage: str | None, quick: bool) -> bool:
+    """Does a case with these stage names (empty: every stage) and perf_full flag run?"""
+    if quick and full_only:
+        return False
+    return stage is None or not stages or stage in stages
+
+
+def check(stage: str | None) -> None:
+    if stage is not None and stage not in STAGES:
+        raise ValueError(f"--perf-stage {stage!r}: not one of {', '.join(STAGES)}")

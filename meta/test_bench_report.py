@@ -1,0 +1,71 @@
+"""The benchmark report (tools/bench_report.py): Markdown and PNG plots from a synthetic GPU run and from a
+real CPU-only run's JSON, with the sections, header facts and plots it promises."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from harness.bench import report, synthetic
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (pip install -e '.[report]')")
+
+
+def _report(tmp_path, *runs, plots=True):
+    files = []
+    for i, data in enumerate(runs):
+        f = tmp_path / f"perf-{i}.json"
+        f.write_text(json.dumps(data))
+        files.append(str(f))
+    args = [sys.executable, "tools/bench_report.py", *files, "--out", str(tmp_path / "docs")]
+    r = subprocess.run(args + ([] if plots else ["--no-plots"]), cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return (tmp_path / "docs" / "BENCHMARKS.md").read_text(), tmp_path / "docs" / "benchmarks"
+
+
+def test_report_from_a_synthetic_gpu_run(tmp_path):
+    md, plots = _report(tmp_path, synthetic.run())
+    for needle in ("# Benchmarks", "| device | NVIDIA H200 (sm_90) |", "| driver | 580.159.04", "| NVRTC | 13.0 |",
+                   "tools/bench_report.py", "## Ceilings", "## tree_build", "## tree_accept", "## tree_verify",
+                   "## End-to-end analysis (MODELLED)", "### Kimi-K2", "### DeepSeek-V3", "× vs python_heapq",
+                   "C++ builder not built", "OOM"):  # fmt: skip
+        assert needle in md, needle
+    pngs = {p.name for p in plots.glob("*.png")}
+    assert pngs == {"tree_build_time.png", "tree_build_speedup.png", "tree_verify_prefix.png",
+                    "tree_verify_batch.png", "tree_verify_budget.png", "e2e_share.png"}  # fmt: skip
+    for p in plots.glob("*.png"):
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 20_000
+        assert f"(benchmarks/{p.name})" in md
+
+
+def test_report_merges_stage_files(tmp_path):
+    a, b = synthetic.run(verify=False), synthetic.run(seed=1)
+    b["kdtr"]["stage"] = "verify_h64"
+    md, _ = _report(tmp_path, a, b, plots=False)
+    assert "| perf-0.json | all |" in md and "| perf-1.json | verify_h64 |" in md
+
+
+def test_report_from_a_cpu_only_run(tmp_path):
+    """What `pytest perf --benchmark-json` writes on a machine without a GPU also renders."""
+    out = tmp_path / "cpu.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # not an xdist worker
+    r = subprocess.run([sys.executable, "-m", "pytest", "perf/bench_tree_build.py", "-k", "cpu and bs1-B16",
+                        "--benchmark-json", str(out), "-p", "no:cacheprovider", "-q", "--report-dir", str(tmp_path)],
+                       cwd=ROOT, env=env, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:]
+    md, _ = _report(tmp_path, json.loads(out.read_text()))
+    assert "CPU builders alone" in md and "python_heapq" in md
+    assert "## End-to-end analysis (MODELLED)" in md
+
+
+def test_load_skips_foreign_benchmarks(tmp_path):
+    data = synthetic.run(verify=False)
+    data["benchmarks"].append({"name": "x", "fullname": "x", "extra_info": {}, "stats": {"median": 1.0}})
+    f = tmp_path / "a.json"
+    f.write_text(json.dumps(data))
+    run = report.load([f])
+    assert all(c["schema"] for c in run["cases"]) and len(run["cases"]) == len(data["benchmarks"]) - 1

@@ -1,0 +1,94 @@
+"""The performance regression gate (harness/bench/gate.py): device times of two benchmark JSON files.
+
+    python tools/perf_gate.py calibrate RUN_A RUN_B -o gate.json   # threshold floor from two reruns
+    python tools/perf_gate.py compare BASE NEW [--calibration gate.json | --floor 0.05] [--include-host]
+
+compare exits 0 when no case regressed, 1 on a regression, 2 when the files cannot be compared (another
+device, no common case) or a case is missing and --strict is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.bench import gate  # noqa: E402
+
+
+def _load(path):
+    try:
+        return gate.load(path)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"perf gate: cannot read {path}: {e}") from None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    cal = sub.add_parser("calibrate", help="threshold floor from two runs of the same code")
+    cal.add_argument("a")
+    cal.add_argument("b")
+    cal.add_argument("-o", "--output", help="write the calibration JSON here")
+    cal.add_argument("--include-host", action="store_true", help="also CPU (host-timed) cases")
+    cmp_ = sub.add_parser("compare", help="fail on a regression of NEW against BASE")
+    cmp_.add_argument("base")
+    cmp_.add_argument("new")
+    g = cmp_.add_mutually_exclusive_group()
+    g.add_argument("--calibration", help="a `calibrate` output (its floor)")
+    g.add_argument("--floor", type=float, help=f"threshold floor (default {gate.DEFAULT_FLOOR})")
+    cmp_.add_argument("--include-host", action="store_true", help="also gate CPU (host-timed) cases")
+    cmp_.add_argument("--strict", action="store_true", help="a case missing from NEW is an error")
+    cmp_.add_argument("--allow-device-change", action="store_true", help="compare runs from different GPUs")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "calibrate":
+        a, b = _load(args.a), _load(args.b)
+        try:
+            c = gate.calibrate(a, b, include_host=args.include_host)
+        except ValueError as e:
+            print(f"perf gate: {e}", file=sys.stderr)
+            return 2
+        c["files"] = [pathlib.Path(args.a).name, pathlib.Path(args.b).name]
+        c["device"] = gate.device_of(a)
+        print(f"perf gate: calibration over {c['cases']} cases: worst rerun change {c['worst_change']:+.2%} "
+              f"({c['worst_case']}) -> floor {c['floor']:.2%}")  # fmt: skip
+        if args.output:
+            pathlib.Path(args.output).write_text(json.dumps(c, indent=1) + "\n")
+        return 0
+
+    base, new = _load(args.base), _load(args.new)
+    if gate.device_of(base) != gate.device_of(new) and not args.allow_device_change:
+        print(f"perf gate: cannot compare {gate.device_of(new)} with a baseline from {gate.device_of(base)} "
+              "(--allow-device-change to force)", file=sys.stderr)  # fmt: skip
+        return 2
+    floor = gate.DEFAULT_FLOOR
+    if args.calibration:
+        floor = json.loads(pathlib.Path(args.calibration).read_text())["floor"]
+    elif args.floor is not None:
+        floor = args.floor
+    rows = gate.compare(base, new, floor=floor, include_host=args.include_host)
+    if not any(r.change is not None for r in rows):
+        print("perf gate: the two files share no gated case", file=sys.stderr)
+        return 2
+    print(gate.render(rows, floor=floor, base_name=pathlib.Path(args.base).name, new_name=pathlib.Path(args.new).name))
+    if any(r.verdict == "regression" for r in rows):
+        return 1
+    if args.strict and any(r.verdict == "missing" for r in rows):
+        print("perf gate: cases missing from the new run (--strict)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except SystemExit as e:
+        if isinstance(e.code, str):  # a message: print it and exit 2 (1 is reserved for a regression)
+            print(e.code, file=sys.stderr)
+            sys.exit(2)
+        raise
