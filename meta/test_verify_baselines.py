@@ -45,9 +45,7 @@ def test_comparators_match_the_float64_oracle(dtype, bs, Q, H, P):
     npdt = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
     q = case.q.float().numpy().astype(npdt)
     kv = case.kv.float().numpy().astype(npdt)
-    want, _ = rv.tree_verify(
-        q, kv, case.block_table, case.prefix_lens, case.visibility, case.scale, precision="float64"
-    )
+    want, _ = rv.tree_verify_float64(q, kv, case.block_table, case.prefix_lens, case.visibility, case.scale)
     want = torch.from_numpy(np.asarray(want, np.float64))
     tol = 1e-5 if dtype == "float32" else 2e-2
     for name in ("absorb_eager", "sdpa_bool_mask", "cascade"):
