@@ -108,12 +108,15 @@ def interpolate(points: dict[int, float], x: float) -> tuple[float, str] | None:
 
 
 def _by_bs(cases, op, impl, match, key=lambda c: c["time"]["median_us"]):
+    """{bs: value} of an implementation's cases; with several kernel variants, the fastest (what a user of
+    the kernels would run)."""
     out = {}
     for c in cases:
-        if c.get("op") == op and c.get("impl") == impl and match(c["shape"]):
+        if c.get("op") == op and c.get("impl", "").partition(":")[0] == impl and match(c["shape"]):
             v = key(c)
             if v is not None:
-                out[int(c["shape"]["bs"])] = v
+                bs = int(c["shape"]["bs"])
+                out[bs] = min(v, out.get(bs, v))
     return out
 
 

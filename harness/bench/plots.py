@@ -69,12 +69,20 @@ def tree_build(cases, out: pathlib.Path, plt) -> dict:
         for ax, B in zip(axes, sorted(by_B)):
             rows = sorted(by_B[B], key=lambda c: c["shape"]["bs"])
             bs = [c["shape"]["bs"] for c in rows]
+            variants = sorted({c.get("variant", "") for c in rows})
             if kind == "time":
-                ax.plot(bs, [c["time"]["median_us"] for c in rows], "o-", lw=2.2, label="CUDA kernel (L2 flushed)")
-                warm = [(c["shape"]["bs"], (c.get("extra") or {}).get("warm_graph")) for c in rows]
-                warm = [(b, w["median_us"]) for b, w in warm if w]
-                if warm:
-                    ax.plot(*zip(*warm), "o--", lw=1.2, label="CUDA kernel (warm graph)")
+                for k, v in enumerate(variants):
+                    mine = [c for c in rows if c.get("variant", "") == v]
+                    label = f"CUDA {v}".strip()
+                    x = [c["shape"]["bs"] for c in mine]
+                    ax.plot(x, [c["time"]["median_us"] for c in mine], "o-", color=f"C{k}", lw=2.2,
+                            label=f"{label} (L2 flushed)")  # fmt: skip
+                    warm = [(c["shape"]["bs"], (c.get("extra") or {}).get("warm_graph")) for c in mine]
+                    warm = [(b, w["median_us"]) for b, w in warm if w]
+                    if warm:
+                        ax.plot(*zip(*warm), "o--", color=f"C{k}", lw=1.0, label=f"{label} (warm graph)")
+            # the comparators ran once per variant on the same inputs: plot them against the first variant
+            rows = [c for c in rows if c.get("variant", "") == variants[0]]
             for n in names:
                 if kind == "speedup" and n == "copies_only":
                     continue
@@ -83,11 +91,11 @@ def tree_build(cases, out: pathlib.Path, plt) -> dict:
                 if pts:
                     y = [p[1] if kind == "time" else p[2] for p in pts]
                     style = "s:" if "copies" in n else "s-"
-                    ax.plot([p[0] for p in pts], y, style, color=f"C{2 + names.index(n)}", label=n)
+                    ax.plot([p[0] for p in pts], y, style, color=f"C{3 + names.index(n)}", label=n)
             _xticks(ax, bs)
             ax.set_yscale("log")
             ax.set_xlabel("batch size (requests)")
-            ax.set_ylabel("µs per call" if kind == "time" else "speedup of the kernel (×)")
+            ax.set_ylabel("µs per call" if kind == "time" else f"speedup of {variants[0]} (×)")
             if kind == "speedup":
                 ax.axhline(1.0, color="grey", lw=0.8)
             ax.set_title(f"tree_build, B = {B}")

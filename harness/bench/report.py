@@ -37,7 +37,10 @@ def load(paths) -> dict:
             if info.get("schema") != record.SCHEMA:
                 continue
             key = b["fullname"] if info.get("op") != "ceiling" else f"{b['fullname']}@{path}"
-            cases[key] = {**info, "name": b["name"], "fullname": b["fullname"], "stage_file": pathlib.Path(path).name}
+            case = {**info, "name": b["name"], "fullname": b["fullname"], "stage_file": pathlib.Path(path).name}
+            # "cuda:heap_smem" -> impl "cuda", variant "heap_smem": tables and plots keep one row per variant
+            case["impl"], _, case["variant"] = str(case.get("impl", "")).partition(":")
+            cases[key] = case
     return {"runs": runs, "cases": list(cases.values()), "machine": machine or {}}
 
 
@@ -146,7 +149,7 @@ def _comparator_names(cases) -> list[str]:
 
 def tree_build_section(cases, plots: dict) -> list[str]:
     gpu = sorted((c for c in cases if c["op"] == "tree_build" and c["impl"] == "cuda"),
-                 key=lambda c: (c["shape"]["B"], c["shape"]["bs"]))  # fmt: skip
+                 key=lambda c: (c["shape"]["B"], c["shape"]["bs"], c.get("variant", "")))  # fmt: skip
     cpu = sorted((c for c in cases if c["op"] == "tree_build" and c["impl"] != "cuda"),
                  key=lambda c: (c["impl"], c["shape"]["B"], c["shape"]["bs"]))  # fmt: skip
     if not gpu and not cpu:
@@ -160,9 +163,9 @@ def tree_build_section(cases, plots: dict) -> list[str]:
             "same inputs (L2 warm). Comparators on the CPU, same inputs, same run; `+copies` adds the top-k "
             "device→host and every layout host→device. Speedup = comparator median / kernel median.",
             "",
-            "| bs | B | kernel µs | warm graph µs | " + " | ".join(f"{n} µs" for n in timed)
+            "| bs | B | variant | kernel µs | warm graph µs | " + " | ".join(f"{n} µs" for n in timed)
             + " | " + " | ".join(f"× vs {n}" for n in timed if n != "copies_only") + " |",
-            "|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
+            "|---|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
         ]  # fmt: skip
         for c in gpu:
             s = c["shape"]
@@ -170,7 +173,8 @@ def tree_build_section(cases, plots: dict) -> list[str]:
             cells = [fmt_time(c["comparators"].get(n, {}).get("time")) for n in timed]
             sp = [fmt(c["speedups"].get(n)) for n in timed if n != "copies_only"]
             lines.append(
-                f"| {s['bs']} | {s['B']} | {fmt_time(c['time'])} | {fmt(warm['median_us']) if warm else '—'} | "
+                f"| {s['bs']} | {s['B']} | {c.get('variant') or '—'} | {fmt_time(c['time'])} | "
+                f"{fmt(warm['median_us']) if warm else '—'} | "
                 + " | ".join(cells) + " | " + " | ".join(sp) + " |"
             )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]
@@ -231,9 +235,9 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
             "row once plus q and out. Comparators: torch on the same device inputs (their time includes gathering "
             "rows from the paged cache); `OOM` = would not fit or ran out of memory; `err` = failed (below).",
             "",
-            "| set | H | Q | prefix | bs | kernel µs | TFLOP/s | % bf16 | GB/s | % copy | "
+            "| set | H | Q | prefix | bs | variant | kernel µs | TFLOP/s | % bf16 | GB/s | % copy | "
             + " | ".join(f"{n} µs" for n in names) + " | × vs fastest torch |",
-            "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (len(names) + 1),
+            "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (len(names) + 1),
         ]  # fmt: skip
         for c in gpu:
             s = c["shape"]
@@ -249,6 +253,7 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
             best = min(c["speedups"].values()) if c["speedups"] else None
             lines.append(
                 f"| {s.get('sweep', 'grid')} | {s['H']} | {s['Q']} | {s['prefix']} | {s['bs']} | "
+                f"{c.get('variant') or '—'} | "
                 f"{fmt_time(c['time'])} | {fmt(c['tflops'])} | {pct(c['fraction']['bf16'])} | {fmt(c['gbs'])} | "
                 f"{pct(c['fraction']['copy'])} | " + " | ".join(cells) + f" | {fmt(best)} |"
             )
