@@ -7,9 +7,10 @@ into a skip naming why.
 
 from __future__ import annotations
 
+import functools
 import importlib
 
-from . import device
+from . import device, tools
 
 ALL = ("reference", "cuda", "engine-cpu", "engine-cuda")
 GPU_IMPLS = frozenset({"cuda", "engine-cuda"})
@@ -18,6 +19,10 @@ OPS = ("tree_build", "tree_verify", "tree_accept")
 
 class Unavailable(Exception):
     """This implementation (or this op of it) cannot run here; the message says why."""
+
+
+class MissingTool(Unavailable):
+    """A project tool this implementation needs is not built (a failure under --require-tools)."""
 
 
 class Impl:
@@ -44,7 +49,18 @@ def get(name: str) -> Impl:
             raise Unavailable(f"GPU unavailable: {p.reason}")
         ops = importlib.import_module("kernels_cu.ops")
         return Impl(name, {op: getattr(ops, op) for op in OPS if hasattr(ops, op)})
-    raise Unavailable(f"{name}: the C++ engine binary is not part of this build yet (engine/ is planned)")
+    if name == "engine-cpu":
+        from . import engine
+
+        try:
+            ops = engine.ops()
+        except tools.ToolMissing as e:
+            raise MissingTool(str(e)) from e
+        # Today's conformance tests and fixtures expect the FULL_MASK layout from every tree_build, as the
+        # reference still builds it unconditionally; the engine builds it only on request.
+        ops["tree_build"] = functools.partial(ops["tree_build"], with_full_mask=True)
+        return Impl(name, ops)
+    raise Unavailable(f"{name}: the C++ engine has no CUDA backend yet (engine/ builds the CPU backend only)")
 
 
 def device_label(impl: str, arch: str | None, gpu_marked: bool) -> str:
