@@ -80,11 +80,19 @@ class KdtreeCpu:
         f = self._lib.kdtree_cpu_tree_build
         f.argtypes = [_P] * 4 + [_I64] * 4 + [_INT] * 3 + [_P] * 11 + [_I64, ctypes.c_char_p, ctypes.c_size_t]
         f.restype = _INT
+        self._lib.kdtree_cpu_draft_noise.argtypes = [ctypes.c_uint64, _I64, _I64, _I64, _P]
+        self._lib.kdtree_cpu_draft_noise.restype = None
         self._err = ctypes.create_string_buffer(1024)
 
     @property
     def version(self) -> str:
         return self._lib.kdtree_cpu_version().decode()
+
+    def draft_noise(self, seed: int, P: int, d: int, vocab: int) -> np.ndarray:
+        """The test drafter's noise n(seed, P, d, v) for v < vocab (reference/drafter.py::noise)."""
+        out = np.empty(vocab, np.float64)
+        self._lib.kdtree_cpu_draft_noise(seed, P, d, vocab, out.ctypes.data)
+        return out
 
     def full_mask_size(self, prefix_lens: np.ndarray, budget: int) -> int:
         p = _checked("prefix_lens", prefix_lens, np.int32, 1)

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kdtree/contract.hpp"
+#include "kdtree/drafter.hpp"
 #include "kdtree/tree_build.hpp"
 
 namespace {
@@ -60,6 +61,11 @@ __attribute__((visibility("default"))) int kdtree_cpu_tree_build(
     copy_message(std::string("internal error: ") + e.what(), err, err_len);
     return 2;
   }
+}
+
+__attribute__((visibility("default"))) void kdtree_cpu_draft_noise(uint64_t seed, int64_t P, int64_t d, int64_t vocab,
+                                                                  double* out) {
+  for (int64_t v = 0; v < vocab; ++v) out[v] = kdtree::draft_noise(seed, P, d, v);
 }
 
 }  // extern "C"

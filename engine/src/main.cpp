@@ -79,11 +79,14 @@ and the greedy walk and KV commit are tree_accept's.
   --mode ddtree   the drafter runs the target L steps ahead (greedy) and perturbs its logits with seeded
                   noise; tree_build makes a B-node tree of its per-depth top-k; one verify per round
   --budget B      non-root tree nodes per round (ddtree; 0..1024)
-  --depth L       draft depth (default 8), --noise S noise scale (default 1.0), --draft-temp T
+  --depth L       draft depth (default 8), --noise S noise scale (default 0.5), --draft-temp T
                   temperature of the draft logits (default 1.0), --seed X noise seed (default 0)
-OUT holds tokens i32 [bs,N], rounds i32 [bs], accept_lens i32 [bs,R], path_max_rank i32 [bs,R],
-the phase times (time_* f64 scalars, seconds), and with --dump-cache the final committed latent cache
-and the rows as each round committed them (cache, committed f32 [layers,bs,T,576]; lengths i32 [bs]).
+  --threads N     worker threads (0 = one per core, the default)
+OUT holds tokens i32 [bs,N], margins f32 [bs,N] (top-1 minus top-2 logit behind each token),
+rounds i32 [bs], accept_lens i32 [bs,R] and path_max_rank i32 [bs,R] (-1 padded), lengths i32 [bs]
+(committed cache rows), the phase times (time_* f64 scalars, seconds: prefill, decode, and inside decode
+drafter, tree_build, tree_verify, tree_accept, model), and with --dump-cache the final committed latent
+cache and every row as the round that committed it left it (cache, committed f32 [layers,bs,T,576]).
 )";
 
 int usage_error(const std::string& sub, const std::string& msg) {

@@ -1,4 +1,4 @@
-/* C ABI of libkdtree_cpu.so: the CPU tree builder for in-process callers (ctypes, C, Rust...).
+/* C ABI of libkdtree_cpu.so: the CPU tree builder (and the test drafter's noise) for in-process callers.
  * Arrays are C-contiguous, caller-owned, with the shapes of spec/tree_build.md (D = 1 + budget,
  * W = ceil(D / 32)). Nothing is allocated for the caller and no file is touched. */
 #ifndef KDTREE_CAPI_H
@@ -27,6 +27,9 @@ int kdtree_cpu_tree_build(const float* top_logp, const int32_t* top_ids, const i
                           int32_t* depths, int32_t* tokens, int32_t* ranks, double* scores, uint32_t* visibility,
                           int32_t* positions, int32_t* first_child, int32_t* next_sibling, uint8_t* full_mask,
                           int64_t full_mask_len, char* err, size_t err_len);
+
+/* The test drafter's noise n(seed, P, d, v) for v = 0..vocab-1 into out (reference/drafter.py::noise). */
+void kdtree_cpu_draft_noise(uint64_t seed, int64_t P, int64_t d, int64_t vocab, double* out);
 
 #ifdef __cplusplus
 }
