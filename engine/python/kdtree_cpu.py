@@ -2,8 +2,9 @@
 
     lib = KdtreeCpu()                                   # build/engine/libkdtree_cpu.so, or a path
     tree = lib.tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens, threads=4)
-    out = lib.outputs(bs, budget)                       # preallocated outputs for a timing loop:
-    lib.tree_build(..., out=out, validate=False)        # no allocation, no file I/O, no Python checks
+    call = lib.bind(top_logp, top_ids, root_tokens, budget, prefix_lens, threads=2)
+    call()                                              # a timing loop: the C call alone (arguments
+    call.out.parents                                    # marshalled once, preallocated outputs)
 
 The results are bit-exact with reference/tree_build.py (spec/tree_build.md). Inputs must already have
 the contract's dtypes (float32 log-probs, int32 ids, roots and prefix lengths) and be C-contiguous;
@@ -132,6 +133,34 @@ class KdtreeCpu:
     ) -> Outputs:
         """Build bs trees on `threads` threads (0 = one per core). With validate=False the caller vouches
         for the values (TB.1); dtypes, ranks and shapes are always checked here."""
+        call = self.bind(
+            top_logp,
+            top_ids,
+            root_tokens,
+            budget,
+            prefix_lens,
+            with_full_mask=with_full_mask,
+            threads=threads,
+            validate=validate,
+            out=out,
+        )
+        return call()
+
+    def bind(
+        self,
+        top_logp: np.ndarray,
+        top_ids: np.ndarray,
+        root_tokens: np.ndarray,
+        budget: int,
+        prefix_lens: np.ndarray | None = None,
+        *,
+        with_full_mask: bool = False,
+        threads: int = 1,
+        validate: bool = True,
+        out: Outputs | None = None,
+    ) -> BoundCall:
+        """Check and marshal the arguments once; the returned callable runs the C builder alone (for timing
+        loops) and returns its Outputs. The arrays must stay alive and unmoved while it is used."""
         lp = _checked("top_logp", top_logp, np.float32, 3)
         bs, L, K_in = lp.shape
         ids = _checked("top_ids", top_ids, np.int32, 3)
@@ -151,7 +180,9 @@ class KdtreeCpu:
         if out is None:
             out = self.outputs(bs, int(budget), full_len)
         _check_outputs(out, bs, int(budget), full_len)
-        rc = self._lib.kdtree_cpu_tree_build(
+        if not with_full_mask and out.full_mask.shape != (0,):
+            out.full_mask = np.zeros(0, bool)
+        args = (
             lp.ctypes.data,
             ids.ctypes.data,
             roots.ctypes.data,
@@ -168,11 +199,21 @@ class KdtreeCpu:
             self._err,
             len(self._err),
         )
-        if rc:
+        return BoundCall(self, args, out, (lp, ids, roots, pre))
+
+
+class BoundCall:
+    """One tree_build call with its arguments marshalled (KdtreeCpu.bind)."""
+
+    def __init__(self, lib: KdtreeCpu, args: tuple, out: Outputs, keep: tuple):
+        self._fn, self._args, self._err = lib._lib.kdtree_cpu_tree_build, args, lib._err
+        self.out = out
+        self._keep = keep  # the inputs the pointers refer to
+
+    def __call__(self) -> Outputs:
+        if self._fn(*self._args):
             raise KdtreeCpuError(self._err.value.decode(errors="replace"))
-        if not with_full_mask and out.full_mask.shape != (0,):
-            out.full_mask = np.zeros(0, bool)
-        return out
+        return self.out
 
 
 def _checked(name: str, a, dtype, ndim: int) -> np.ndarray:
