@@ -90,8 +90,8 @@ cache and every row as the round that committed it left it (cache, committed f32
 )";
 
 int usage_error(const std::string& sub, const std::string& msg) {
-  std::fprintf(stderr, "kdtree-engine %s: %s (see kdtree-engine %s --help)\n", sub.c_str(), msg.c_str(),
-               sub.empty() ? "" : sub.c_str());
+  const std::string who = sub.empty() ? "kdtree-engine" : "kdtree-engine " + sub;
+  std::fprintf(stderr, "%s: %s (see %s --help)\n", who.c_str(), msg.c_str(), who.c_str());
   return 2;
 }
 

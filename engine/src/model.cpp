@@ -54,13 +54,15 @@ PagedCache::PagedCache(int64_t layers_, int64_t bs_, int64_t rows_per_request, i
   pools.assign(sz(layers), std::vector<float>(sz(num_pages * page_size * kHeadDim), 0.0f));
 }
 
-float* PagedCache::row(int64_t layer, int64_t b, int64_t pos) {
+int64_t PagedCache::offset(int64_t b, int64_t pos) const {
   const int64_t page = block_table[sz(b * max_pages + pos / page_size)];
-  return pools[sz(layer)].data() + (page * page_size + pos % page_size) * kHeadDim;
+  return (page * page_size + pos % page_size) * kHeadDim;
 }
 
+float* PagedCache::row(int64_t layer, int64_t b, int64_t pos) { return pools[sz(layer)].data() + offset(b, pos); }
+
 const float* PagedCache::row(int64_t layer, int64_t b, int64_t pos) const {
-  return const_cast<PagedCache*>(this)->row(layer, b, pos);
+  return pools[sz(layer)].data() + offset(b, pos);
 }
 
 Model Model::load(const std::string& path) {

@@ -23,8 +23,11 @@ struct PagedCache {
   std::vector<int32_t> block_table;
   std::vector<std::vector<float>> pools;
   PagedCache(int64_t layers, int64_t bs, int64_t rows_per_request, int64_t page_size);
-  float* row(int64_t layer, int64_t b, int64_t pos);
+  float* row(int64_t layer, int64_t b, int64_t pos);  // logical position pos of request b
   const float* row(int64_t layer, int64_t b, int64_t pos) const;
+
+ private:
+  int64_t offset(int64_t b, int64_t pos) const;
 };
 
 // One forward call: `Q` rows per request for requests `requests` (indices into the cache's batch);
