@@ -111,12 +111,14 @@ int decode_main(int argc, char** argv, int first) {
 
   const Model model = Model::load(model_path);
   const auto prompts = load_prompts(prompt_path, model.config().vocab);
+  // RoPE positions: a round starts at most at longest - 2 + max_new and its tree (or the drafter) reaches
+  // `depth` further, so positions 0 .. longest - 2 + max_new + depth must have table rows.
   int64_t longest = 0;
   for (const auto& p : prompts) longest = std::max<int64_t>(longest, int64_t(p.size()));
-  const int64_t reach = longest + s.max_new + s.budget + s.depth + 1;
-  if (reach > model.config().max_pos)
-    throw UsageError("--max-new: the longest prompt (" + std::to_string(longest) + ") + max-new + budget + depth reach " +
-                     "position " + std::to_string(reach) + ", past the model's max_pos " +
+  const int64_t last = longest - 2 + s.max_new + (s.ddtree && s.budget > 0 ? s.depth : 0);
+  if (last >= model.config().max_pos)
+    throw UsageError("--max-new: the longest prompt (" + std::to_string(longest) + ") + max-new + depth need " +
+                     "position " + std::to_string(last) + ", past the model's max_pos " +
                      std::to_string(model.config().max_pos));
   const DecodeResult r = decode(model, prompts, s);
   write_result(out_path, r, model.config(), s);
