@@ -9,6 +9,7 @@
 #include "kdtree/decoder.hpp"
 #include "kdtree/model.hpp"
 #include "kdtree/tensors.hpp"
+#include "kdtree/threads.hpp"
 
 namespace kdtree {
 namespace {
@@ -104,7 +105,7 @@ int decode_main(int argc, char** argv, int first) {
   s.draft.noise = o.real("--noise", 0.0, 1e6, 0.5);
   s.draft.temperature = o.real("--draft-temp", 1e-6, 1e6, 1.0);
   s.draft.seed = uint64_t(o.integer("--seed", 0, INT64_MAX, 0));
-  s.threads = int(o.integer("--threads", 0, 4096, 0));
+  s.threads = int(o.integer("--threads", 0, kMaxThreads, 0));
   s.dump_cache = o.has("--dump-cache");
   const std::string out_path = o.str("--out");
   const std::string model_path = o.str("--model"), prompt_path = o.str("--prompt");

@@ -12,6 +12,7 @@
 #include "kdtree/decode.hpp"
 #include "kdtree/ops.hpp"
 #include "kdtree/serve.hpp"
+#include "kdtree/threads.hpp"
 
 namespace {
 
@@ -51,7 +52,7 @@ tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
 
 Every input is validated first (dtypes, shapes, ranges, sorted rows, duplicate ids, NaN, cyclic or
 non-prefix trees, paged addressing); a bad one gets "TENSOR: problem" and exit status 1, OUT untouched.
---threads N: worker threads across requests (0 = one per core, the default).
+--threads N: worker threads across requests (0 = one per core, the default; at most 256).
 )";
 
 const char* kBatchHelp = R"(usage: kdtree-engine batch [LIST|-] [--device cpu] [--threads N]
@@ -109,7 +110,7 @@ int cmd_op(int argc, char** argv) {
   bool known = false;
   for (const auto& s : kdtree::op_slugs()) known = known || s == op;
   if (!known) throw kdtree::UsageError("OP '" + op + "' is not one of tree_build, tree_verify, tree_accept");
-  const int threads = int(o.integer("--threads", 0, 4096, 0));
+  const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
   kdtree::run_op_file(op, o.str("--in"), o.str("--out"), threads);
   return 0;
 }
@@ -117,7 +118,7 @@ int cmd_op(int argc, char** argv) {
 int cmd_batch(int argc, char** argv, bool serve) {
   kdtree::Options o(argc, argv, 2, {"--device", "--threads"}, {});
   kdtree::require_cpu_device(o);
-  const int threads = int(o.integer("--threads", 0, 4096, 0));
+  const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
   if (serve) {
     if (!o.positional().empty()) throw kdtree::UsageError("serve takes no LIST (it reads standard input)");
     kdtree::serve_stream(std::cin, std::cout, threads);

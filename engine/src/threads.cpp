@@ -120,6 +120,7 @@ int default_threads() {
 void parallel_for(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
   if (threads <= 0) threads = default_threads();
+  threads = std::min(threads, kMaxThreads);
   if (threads == 1 || n == 1 || t_in_pool) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
