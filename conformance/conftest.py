@@ -14,5 +14,6 @@ def impl(request):
     except impls.Unavailable as e:
         pytest.skip(str(e))
     if i.why_not:
-        pytest.skip(f"{i.name}: {i.why_not}")
+        missing = i.missing_tool and request.config.getoption("--require-tools")
+        (pytest.fail if missing else pytest.skip)(f"{i.name}: {i.why_not}")
     return i

@@ -17,7 +17,7 @@ import numpy as np
 
 from kernels_cu import specs
 
-from . import device
+from . import device, tools
 
 OPS = ("tree_build", "tree_verify", "tree_accept")
 KINDS = ("reference", "cuda", "engine-cpu", "engine-cuda")
@@ -39,6 +39,7 @@ class Impl:
     reruns: int = 3  # determinism checks: more for implementations whose scheduling varies
     why_not: str | None = None  # set when the implementation cannot run on this machine at all
     knobs: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # op -> its tuning knobs
+    missing_tool: bool = False  # why_not is a project tool that is not built (a failure under --require-tools)
 
     def op(self, slug: str, **knobs):
         """The op function, or Unavailable naming why not. Tuning knobs (e.g. a forced split chunk) reach an
@@ -98,7 +99,15 @@ def _cuda(variant: str) -> Impl:
 
 
 def _engine(kind: str) -> Impl:
-    return Impl(kind, kind, None, {}, on_gpu=kind == "engine-cuda", why_not="the C++ engine is not built")
+    if kind == "engine-cuda":
+        return Impl(kind, kind, None, {}, on_gpu=True, why_not="the C++ engine has no CUDA backend yet (CPU only)")
+    from . import engine
+
+    try:
+        tools.binary("kdtree-engine")
+    except tools.ToolMissing as e:
+        return Impl(kind, kind, None, {}, why_not=str(e), missing_tool=True)
+    return Impl(kind, kind, None, {op: (lambda op=op: engine.function(op)) for op in OPS})
 
 
 def names() -> list[str]:

@@ -9,7 +9,13 @@ import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", ROOT / "build"))
-BINARIES = {"kdtr-inspect": BUILD / "kdtr" / "kdtr-inspect", "kdtr-fuzz": BUILD / "fuzz" / "kdtr-fuzz"}
+BINARIES = {
+    "kdtr-inspect": BUILD / "kdtr" / "kdtr-inspect",
+    "kdtr-fuzz": BUILD / "fuzz" / "kdtr-fuzz",
+    "kdtree-engine": BUILD / "engine" / "kdtree-engine",
+    "kdtree-engine-fuzz": BUILD / "engine-fuzz" / "kdtree-engine-fuzz",
+}
+LIBRARIES = {"kdtree_cpu": BUILD / "engine" / "libkdtree_cpu.so"}
 
 
 class ToolMissing(Exception):
@@ -21,6 +27,15 @@ def binary(name: str) -> pathlib.Path:
     if not p.is_file() or not os.access(p, os.X_OK):
         where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
         raise ToolMissing(f"{name} is not built ({where}); run `make setup`")
+    return p
+
+
+def library(name: str) -> pathlib.Path:
+    """Path of a built shared library (ToolMissing when `make setup` has not built it)."""
+    p = LIBRARIES[name]
+    if not p.is_file():
+        where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
+        raise ToolMissing(f"lib{name}.so is not built ({where}); run `make setup`")
     return p
 
 

@@ -16,7 +16,7 @@ OPS = ("tree_build", "tree_verify", "tree_accept")
 # package -> project packages it may import
 ALLOWED = {
     "contract": {"contract"},
-    "reference": {"contract", "reference"},
+    "reference": {"contract", "reference", "kdtr"},  # the golden model's weights are a KDTR file
     "kernels_cu": {"contract", "kernels_cu"},
     "kdtr": {"kdtr"},
 }

@@ -24,8 +24,15 @@ fi
 
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null
+# The engine: kdtree-engine and libkdtree_cpu.so under build/engine/
+cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/engine -j "$(nproc)" >/dev/null
 if command -v clang++-14 >/dev/null; then
   cmake -S kdtr -B build/fuzz -DKDTR_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build/fuzz -j "$(nproc)" --target kdtr-fuzz >/dev/null
+  cmake -S engine -B build/engine-fuzz -DKDTREE_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
+  cmake --build build/engine-fuzz -j "$(nproc)" --target kdtree-engine-fuzz >/dev/null
 fi
-echo "setup: ok ($(.venv/bin/python --version), $(ls build/kdtr/kdtr-inspect build/fuzz/kdtr-fuzz 2>/dev/null | tr '\n' ' '))"
+built=$(ls build/kdtr/kdtr-inspect build/fuzz/kdtr-fuzz build/engine/kdtree-engine build/engine-fuzz/kdtree-engine-fuzz \
+  2>/dev/null | tr '\n' ' ')
+echo "setup: ok ($(.venv/bin/python --version), $built)"

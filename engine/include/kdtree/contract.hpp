@@ -1,0 +1,45 @@
+// The op contract's limits and the error every validation raises.
+// The numbers come from kernels_cu/contract_limits.cuh, generated from the Python contract
+// (contract/limits.py), the header the kernels include too: the limits are written once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "contract_limits.cuh"
+
+namespace kdtree {
+
+constexpr int64_t kMaxBatch = KDTR_MAX_BATCH;
+constexpr int64_t kMaxBudget = KDTR_MAX_BUDGET;
+constexpr int64_t kMaxDepth = KDTR_MAX_DEPTH;
+constexpr int64_t kMaxTopK = KDTR_MAX_TOPK;
+constexpr int64_t kMaxContext = KDTR_MAX_CONTEXT;
+constexpr int64_t kMaxHeads = KDTR_MAX_HEADS;
+constexpr int64_t kMaxPageSize = KDTR_MAX_PAGE_SIZE;
+constexpr int64_t kLatent = KDTR_LATENT;
+constexpr int64_t kRope = KDTR_ROPE;
+constexpr int64_t kHeadDim = kLatent + kRope;
+static_assert(kHeadDim == KDTR_HEAD_DIM, "the latent row is c_kv ‖ k_pe");
+
+// The engine refuses to build a FULL_MASK layout larger than this (the Python reference would try and
+// fail with MemoryError); a fuzzing build lowers it so that tiny inputs cannot ask for gigabytes.
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+constexpr int64_t kMaxFullMaskBytes = int64_t(1) << 24;
+#else
+constexpr int64_t kMaxFullMaskBytes = int64_t(1) << 32;
+#endif
+
+// Bad input to an op or a subcommand. what() is "ARGUMENT: problem", like the Python InputError.
+class InputError : public std::runtime_error {
+ public:
+  InputError(const std::string& arg, const std::string& problem) : std::runtime_error(arg + ": " + problem) {}
+};
+
+// A non-negative size or index as size_t (sizes are checked non-negative before they get here).
+inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+[[noreturn]] inline void fail(const std::string& arg, const std::string& problem) { throw InputError(arg, problem); }
+
+}  // namespace kdtree

@@ -1,0 +1,89 @@
+// Typed, validated access to the tensors of a KDTR file, and an owned tensor list to write one.
+// Every check failure is an InputError naming the tensor, with numpy's dtype names so the messages read
+// like the Python contract's ("top_logp: dtype float64, expected float32").
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kdtr.hpp"
+#include "kdtree/contract.hpp"
+
+namespace kdtree {
+
+// KDTR dtype codes (kdtr/FORMAT.md) the engine reads or writes.
+enum Code : uint16_t { kBool = 1, kU32 = 6, kI32 = 7, kI64 = 9, kBF16 = 11, kF32 = 12, kF64 = 13 };
+
+const char* numpy_name(uint16_t code);
+
+// A tensor view of a validated kdtr::File, with the shape as signed sizes.
+struct View {
+  const kdtr::Tensor* t = nullptr;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+// Reads tensors by name, remembering which names were taken so unknown extras can be rejected.
+class Reader {
+ public:
+  explicit Reader(const kdtr::File& f) : f_(f) {}
+  bool has(const std::string& name) const { return f_.find(name) != nullptr; }
+  // The tensor `name` with one of `codes` and rank `rank` (-1 = any); InputError otherwise.
+  View array(const std::string& name, std::initializer_list<uint16_t> codes, int rank);
+  // Integer scalar: rank 0, int32 or int64, within lo..hi.
+  int64_t integer(const std::string& name, int64_t lo, int64_t hi);
+  // Float scalar: rank 0, float64 or float32 (returned as double).
+  double real(const std::string& name);
+  // Bool scalar: rank 0, bool.
+  bool flag(const std::string& name);
+  // InputError for the first tensor that nobody asked for (`what` names the file's role).
+  void reject_unknown(const std::string& what) const;
+
+ private:
+  const kdtr::File& f_;
+  std::set<std::string> taken_;
+};
+
+// Shape check: InputError "NAME: shape (..), expected (..)".
+void expect_shape(const std::string& name, const View& v, const std::vector<int64_t>& want);
+
+// A copy of a view's elements (copying keeps every later access aligned and independent of the file).
+template <class T>
+std::vector<T> copy_of(const View& v) {
+  std::vector<T> out(size_t(v.numel()));
+  if (v.t->nbytes) std::memcpy(out.data(), v.t->data, size_t(v.t->nbytes));
+  return out;
+}
+
+// Tensors to write, owned. Names must be unique; add() keeps them in name order for the writer.
+class TensorList {
+ public:
+  template <class T>
+  void add(const std::string& name, uint16_t code, const std::vector<int64_t>& shape, const std::vector<T>& data) {
+    add_bytes(name, code, shape, data.data(), data.size() * sizeof(T));
+  }
+  void add_bytes(const std::string& name, uint16_t code, const std::vector<int64_t>& shape, const void* data,
+                 size_t nbytes);
+  // Canonical KDTR bytes with the given metadata (keys sorted by the writer's rules).
+  std::vector<uint8_t> serialize(std::vector<std::pair<std::string, std::string>> meta) const;
+
+ private:
+  struct Owned {
+    std::string name;
+    uint16_t code;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Owned> items_;
+};
+
+// Writes bytes to `path` through a temporary file in the same folder and a rename, so a reader never
+// sees a torn file. InputError naming the path when it cannot.
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// Reads and validates a KDTR file (data CRCs included); InputError naming the path on any problem.
+void open_kdtr(const std::string& path, std::vector<uint8_t>& buf, kdtr::File& f);
+
+}  // namespace kdtree

@@ -1,0 +1,180 @@
+// kdtree-engine: the DDTree ops over KDTR files, a batch/serve mode, and a decoder that runs an MLA+MoE
+// model autoregressively or with DDTree speculation using those same ops. Run with --help.
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <new>
+#include <string>
+
+#include "kdtree/cli.hpp"
+#include "kdtree/contract.hpp"
+#include "kdtree/decode.hpp"
+#include "kdtree/ops.hpp"
+#include "kdtree/serve.hpp"
+#include "kdtree/threads.hpp"
+
+namespace {
+
+const char* kOverview = R"(kdtree-engine: DDTree tree speculative decoding ops (CPU backend) over KDTR files.
+
+usage: kdtree-engine SUBCOMMAND [options]      kdtree-engine SUBCOMMAND --help
+
+subcommands:
+  op OP --in IN.kdtr --out OUT.kdtr    run one op (tree_build, tree_verify or tree_accept) on an op file
+  batch [LIST]                         run many op files in one process (LIST or standard input)
+  serve                                like batch on standard input, for a driving process
+  decode --model M --prompt P ...      generate tokens with an MLA+MoE model, autoregressive or DDTree
+  help [SUBCOMMAND]                    this text, or a subcommand's
+
+Exit status: 0 success, 1 bad input data (the message names the file or tensor), 2 bad command line,
+3 internal error. Tensor names, dtypes and shapes of the op files are the contract's (spec/<op>.md).
+)";
+
+const char* kOpHelp = R"(usage: kdtree-engine op OP --in IN.kdtr --out OUT.kdtr [--device cpu] [--threads N]
+
+Runs one op on the CPU. OP is tree_build, tree_verify or tree_accept. IN holds the op's inputs as
+tensors named like its arguments (Python scalars as rank-0 tensors); OUT receives the result fields as
+tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
+
+  tree_build   in:  top_logp f32 [bs,L,K_in], top_ids i32 [bs,L,K_in], root_tokens i32 [bs],
+                    budget i32 (), prefix_lens i32 [bs], with_full_mask bool () (optional, default false)
+               out: n_nodes, parents, depths, tokens, ranks, scores (f64), visibility (u32), positions,
+                    first_child, next_sibling, full_mask (bool; shape (0,) unless with_full_mask)
+  tree_verify  in:  q f32|bf16 [bs,Q,H,576], kv_cache [pages,page_size,576] (same dtype),
+                    block_table i32 [bs,max_pages], prefix_lens i32 [bs], visibility u32 [bs,Q,ceil(Q/32)],
+                    softmax_scale f64 ()
+               out: out [bs,Q,H,512] (input dtype), lse f32 [bs,Q,H]
+  tree_accept  in:  tokens, first_child, next_sibling, target_tokens i32 [bs,D], max_depth i32 (),
+                    and for the commit all of kv_cache f32|bf16 [pages,page_size,576], block_table, prefix_lens
+               out: accept_len [bs], accept_path [bs,1+max_depth], emitted [bs,1+max_depth], bonus [bs],
+                    new_lens [bs], and kv_cache (the committed cache) when one was given
+
+Every input is validated first (dtypes, shapes, ranges, sorted rows, duplicate ids, NaN, cyclic or
+non-prefix trees, paged addressing); a bad one gets "TENSOR: problem" and exit status 1, OUT untouched.
+--threads N: worker threads across requests (0 = one per core, the default; at most 256).
+)";
+
+const char* kBatchHelp = R"(usage: kdtree-engine batch [LIST|-] [--device cpu] [--threads N]
+       kdtree-engine serve [--device cpu] [--threads N]
+
+Runs many op files in one process. Each request line is
+    OP<TAB>IN.kdtr<TAB>OUT.kdtr        (a line without a TAB is split on spaces)
+and gets one answer line on standard output, flushed at once:
+    ok<TAB>SECONDS                     OUT was written
+    error<TAB>MESSAGE                  MESSAGE names the file or tensor; OUT was not written
+Blank lines and '#' comments get no answer. A bad request never stops the loop.
+batch reads LIST (or standard input for '-' or no LIST) and exits 1 if any request failed;
+serve reads standard input until it closes and exits 0.
+)";
+
+const char* kDecodeHelp = R"(usage: kdtree-engine decode --model M.kdtr --prompt P.kdtr --mode ar|ddtree --budget B
+                            --max-new N --out OUT.kdtr [--depth L] [--noise S] [--draft-temp T]
+                            [--seed X] [--threads N] [--dump-cache] [--device cpu]
+
+Greedy generation with the MLA+MoE model in M (written by reference/model.py) for every prompt in P
+(tokens i32 [bs,len], lengths i32 [bs]). Every step is the three ops: the target's attention is
+tree_verify over the paged 576-wide latent cache with the tree's visibility, the tree is tree_build's,
+and the greedy walk and KV commit are tree_accept's.
+  --mode ar       one token per step (a root-only tree: budget 0)
+  --mode ddtree   the drafter runs the target L steps ahead (greedy) and perturbs its logits with seeded
+                  noise; tree_build makes a B-node tree of its per-depth top-k; one verify per round
+  --budget B      non-root tree nodes per round (ddtree; 0..1024)
+  --depth L       draft depth (default 8), --noise S noise scale (default 0.5), --draft-temp T
+                  temperature of the draft logits (default 1.0), --seed X noise seed (default 0)
+  --threads N     worker threads (0 = one per core, the default)
+OUT holds tokens i32 [bs,N], margins f32 [bs,N] (top-1 minus top-2 logit behind each token),
+rounds i32 [bs], accept_lens i32 [bs,R] and path_max_rank i32 [bs,R] (-1 padded), lengths i32 [bs]
+(committed cache rows), the phase times (time_* f64 scalars, seconds: prefill, decode, and inside decode
+drafter, tree_build, tree_verify, tree_accept, model), and with --dump-cache the final committed latent
+cache and every row as the round that committed it left it (cache, committed f32 [layers,bs,T,576]).
+)";
+
+int usage_error(const std::string& sub, const std::string& msg) {
+  const std::string who = sub.empty() ? "kdtree-engine" : "kdtree-engine " + sub;
+  std::fprintf(stderr, "%s: %s (see %s --help)\n", who.c_str(), msg.c_str(), who.c_str());
+  return 2;
+}
+
+bool wants_help(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  return false;
+}
+
+int cmd_op(int argc, char** argv) {
+  kdtree::Options o(argc, argv, 2, {"--in", "--out", "--device", "--threads"}, {});
+  kdtree::require_cpu_device(o);
+  if (o.positional().size() != 1) throw kdtree::UsageError("expected exactly one OP (tree_build, tree_verify, tree_accept)");
+  const std::string op = o.positional()[0];
+  bool known = false;
+  for (const auto& s : kdtree::op_slugs()) known = known || s == op;
+  if (!known) throw kdtree::UsageError("OP '" + op + "' is not one of tree_build, tree_verify, tree_accept");
+  const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
+  kdtree::run_op_file(op, o.str("--in"), o.str("--out"), threads);
+  return 0;
+}
+
+int cmd_batch(int argc, char** argv, bool serve) {
+  kdtree::Options o(argc, argv, 2, {"--device", "--threads"}, {});
+  kdtree::require_cpu_device(o);
+  const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
+  if (serve) {
+    if (!o.positional().empty()) throw kdtree::UsageError("serve takes no LIST (it reads standard input)");
+    kdtree::serve_stream(std::cin, std::cout, threads);
+    return 0;
+  }
+  if (o.positional().size() > 1) throw kdtree::UsageError("expected at most one LIST");
+  const std::string list = o.positional().empty() ? "-" : o.positional()[0];
+  if (list == "-") return kdtree::serve_stream(std::cin, std::cout, threads) ? 1 : 0;
+  std::ifstream in(list);
+  if (!in) throw kdtree::InputError(list, "cannot open the request list");
+  return kdtree::serve_stream(in, std::cout, threads) ? 1 : 0;
+}
+
+int dispatch(int argc, char** argv) {
+  const std::string sub = argv[1];
+  if (sub == "--help" || sub == "-h" || sub == "help") {
+    const std::string what = argc > 2 ? argv[2] : "";
+    if (what == "op") std::fputs(kOpHelp, stdout);
+    else if (what == "batch" || what == "serve") std::fputs(kBatchHelp, stdout);
+    else if (what == "decode") std::fputs(kDecodeHelp, stdout);
+    else if (what.empty()) std::fputs(kOverview, stdout);
+    else return usage_error("", "no subcommand '" + what + "'");
+    return 0;
+  }
+  const char* help = sub == "op" ? kOpHelp : (sub == "batch" || sub == "serve") ? kBatchHelp : sub == "decode" ? kDecodeHelp : nullptr;
+  if (!help) return usage_error("", "no subcommand '" + sub + "'");
+  if (wants_help(argc, argv, 2)) {
+    std::fputs(help, stdout);
+    return 0;
+  }
+  try {
+    if (sub == "op") return cmd_op(argc, argv);
+    if (sub == "decode") return kdtree::decode_main(argc, argv, 2);
+    return cmd_batch(argc, argv, sub == "serve");
+  } catch (const kdtree::UsageError& e) {
+    return usage_error(sub, e.what());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kOverview, stderr);
+    return 2;
+  }
+  try {
+    return dispatch(argc, argv);
+  } catch (const kdtree::InputError& e) {
+    std::fprintf(stderr, "kdtree-engine %s: %s\n", argv[1], e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kdtree-engine %s: out of memory\n", argv[1]);
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kdtree-engine %s: internal error: %s\n", argv[1], e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,151 @@
+// KDTR tensor access with contract-style messages, and the owned writer side.
+#include "kdtree/tensors.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "kdtree/format.hpp"
+
+namespace kdtree {
+
+const char* numpy_name(uint16_t code) {
+  static const char* names[18] = {"?",      "bool",    "uint8",   "int8",      "uint16",     "int16",
+                                  "uint32", "int32",   "uint64",  "int64",     "float16",    "bfloat16",
+                                  "float32", "float64", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"};
+  return code < 18 ? names[code] : "?";
+}
+
+int64_t View::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;  // bounded: the reader checked dims x itemsize <= 2^48
+  return n;
+}
+
+View Reader::array(const std::string& name, std::initializer_list<uint16_t> codes, int rank) {
+  const kdtr::Tensor* t = f_.find(name);
+  if (!t) fail(name, "missing from the op file");
+  taken_.insert(name);
+  if (std::find(codes.begin(), codes.end(), t->dtype) == codes.end()) {
+    std::string want;
+    for (uint16_t c : codes) want += (want.empty() ? "" : " or ") + std::string(numpy_name(c));
+    fail(name, std::string("dtype ") + numpy_name(t->dtype) + ", expected " + want);
+  }
+  View v;
+  v.t = t;
+  for (size_t d = 0; d < t->rank; ++d) v.shape.push_back(int64_t(t->dims[d]));
+  if (rank >= 0 && int(t->rank) != rank)
+    fail(name, "shape " + tuple_str(v.shape) + " has " + std::to_string(int(t->rank)) + " dims, expected " +
+                   std::to_string(rank));
+  return v;
+}
+
+int64_t Reader::integer(const std::string& name, int64_t lo, int64_t hi) {
+  const kdtr::Tensor* t = f_.find(name);
+  if (!t) fail(name, "missing from the op file");
+  taken_.insert(name);
+  if (t->dtype != kI32 && t->dtype != kI64) fail(name, std::string("expected an integer, got ") + numpy_name(t->dtype));
+  if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
+  int64_t v;
+  if (t->dtype == kI32) {
+    int32_t x;
+    std::memcpy(&x, t->data, sizeof x);
+    v = x;
+  } else {
+    std::memcpy(&v, t->data, sizeof v);
+  }
+  if (v < lo || v > hi) fail(name, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
+  return v;
+}
+
+double Reader::real(const std::string& name) {
+  const kdtr::Tensor* t = f_.find(name);
+  if (!t) fail(name, "missing from the op file");
+  taken_.insert(name);
+  if (t->dtype != kF64 && t->dtype != kF32)
+    fail(name, std::string("dtype ") + numpy_name(t->dtype) + ", expected float64 (a rank-0 tensor)");
+  if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
+  if (t->dtype == kF32) {
+    float x;
+    std::memcpy(&x, t->data, sizeof x);
+    return double(x);
+  }
+  double x;
+  std::memcpy(&x, t->data, sizeof x);
+  return x;
+}
+
+bool Reader::flag(const std::string& name) {
+  const kdtr::Tensor* t = f_.find(name);
+  if (!t) fail(name, "missing from the op file");
+  taken_.insert(name);
+  if (t->dtype != kBool) fail(name, std::string("dtype ") + numpy_name(t->dtype) + ", expected bool (a rank-0 tensor)");
+  if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
+  if (t->data[0] > 1) fail(name, "a bool byte other than 0 or 1");
+  return t->data[0] == 1;
+}
+
+void Reader::reject_unknown(const std::string& what) const {
+  for (const auto& t : f_.tensors)
+    if (!taken_.count(t.name)) fail(t.name, "is not " + what);
+}
+
+void expect_shape(const std::string& name, const View& v, const std::vector<int64_t>& want) {
+  if (v.shape != want) fail(name, "shape " + tuple_str(v.shape) + ", expected " + tuple_str(want));
+}
+
+void TensorList::add_bytes(const std::string& name, uint16_t code, const std::vector<int64_t>& shape, const void* data,
+                           size_t nbytes) {
+  Owned o{name, code, shape, std::vector<uint8_t>(nbytes)};
+  if (nbytes) std::memcpy(o.bytes.data(), data, nbytes);
+  auto pos = std::lower_bound(items_.begin(), items_.end(), name,
+                              [](const Owned& a, const std::string& n) { return a.name < n; });
+  items_.insert(pos, std::move(o));
+}
+
+std::vector<uint8_t> TensorList::serialize(std::vector<std::pair<std::string, std::string>> meta) const {
+  kdtr::File f;
+  for (const auto& o : items_) {
+    kdtr::Tensor t;
+    t.name = o.name;
+    t.dtype = o.code;
+    t.rank = uint8_t(o.shape.size());
+    for (size_t d = 0; d < o.shape.size(); ++d) t.dims[d] = uint64_t(o.shape[d]);
+    t.nbytes = o.bytes.size();
+    t.data = o.bytes.empty() ? nullptr : o.bytes.data();
+    f.tensors.push_back(t);
+  }
+  std::sort(meta.begin(), meta.end());
+  f.meta = std::move(meta);
+  return kdtr::write_canonical(f);
+}
+
+void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
+  const std::string tmp = path + ".tmp-kdtree";
+  {
+    std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+    if (!o) fail(path, "cannot create the output file (" + tmp + ")");
+    o.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    o.close();
+    if (!o) {
+      std::remove(tmp.c_str());
+      fail(path, "cannot write the output file");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail(path, "cannot publish the output file (rename failed)");
+  }
+}
+
+void open_kdtr(const std::string& path, std::vector<uint8_t>& buf, kdtr::File& f) {
+  const kdtr::Error e = kdtr::open_file(path, buf, f);
+  if (e) {
+    char code[8];
+    std::snprintf(code, sizeof code, "E%02d", int(e.code));
+    std::string where = e.name.empty() ? "" : " (tensor or key '" + e.name + "')";
+    fail(path, std::string("not a valid KDTR file: ") + code + " " + e.message + where);
+  }
+}
+
+}  // namespace kdtree

@@ -1,0 +1,135 @@
+// Greedy walk over first-child/next-sibling lists and the in-place KV commit.
+#include "kdtree/tree_accept.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kdtree/contract.hpp"
+#include "kdtree/format.hpp"
+#include "kdtree/threads.hpp"
+
+namespace kdtree {
+namespace {
+
+std::string at(int64_t b, int64_t u) { return "[" + std::to_string(b) + ", " + std::to_string(u) + "]"; }
+
+// reference.validate.tree_links: forward links inside the tree, at most one incoming link per node.
+void check_links(const TreeAcceptArgs& a) {
+  const char* names[2] = {"first_child", "next_sibling"};
+  const int32_t* arrays[2] = {a.first_child, a.next_sibling};
+  for (int k = 0; k < 2; ++k)
+    for (int64_t b = 0; b < a.bs; ++b)
+      for (int64_t u = 0; u < a.D; ++u) {
+        const int32_t c = arrays[k][b * a.D + u];
+        if (c != -1 && (c <= u || c >= a.D))
+          fail(names[k], at(b, u) + " = " + std::to_string(c) + " must be -1 or an index in " + std::to_string(u + 1) +
+                             ".." + std::to_string(a.D - 1) + " (cyclic or non-prefix tree)");
+      }
+  std::vector<int32_t> count(sz(a.D));
+  for (int64_t b = 0; b < a.bs; ++b) {
+    std::fill(count.begin(), count.end(), 0);
+    for (int k = 0; k < 2; ++k)
+      for (int64_t u = 0; u < a.D; ++u)
+        if (arrays[k][b * a.D + u] >= 0) ++count[sz(arrays[k][b * a.D + u])];
+    for (int64_t u = 0; u < a.D; ++u)
+      if (count[sz(u)] > 1)
+        fail("first_child", "request " + std::to_string(b) + ": node " + std::to_string(u) +
+                                " has more than one incoming link (first_child/next_sibling do not form a tree)");
+  }
+}
+
+// reference.tree_accept.tree_depths, then the max_depth check.
+void check_depths(const TreeAcceptArgs& a) {
+  std::vector<int64_t> depth(sz(a.D));
+  for (int64_t b = 0; b < a.bs; ++b) {
+    std::fill(depth.begin(), depth.end(), 0);
+    const int32_t* fc = a.first_child + b * a.D;
+    const int32_t* ns = a.next_sibling + b * a.D;
+    for (int64_t u = 0; u < a.D; ++u)
+      for (int32_t c = fc[u]; c != -1; c = ns[c]) depth[sz(c)] = depth[sz(u)] + 1;
+    for (int64_t u = 0; u < a.D; ++u)
+      if (depth[sz(u)] > a.max_depth)
+        fail("first_child", "request " + std::to_string(b) + " node " + std::to_string(u) + " is at depth " +
+                                std::to_string(depth[sz(u)]) + " > max_depth " + std::to_string(a.max_depth));
+  }
+}
+
+int32_t matching_child(const int32_t* tokens, const int32_t* fc, const int32_t* ns, int32_t u, int32_t want) {
+  for (int32_t c = fc[u]; c != -1; c = ns[c])
+    if (tokens[c] == want) return c;
+  return -1;
+}
+
+}  // namespace
+
+void validate_tree_accept(const TreeAcceptArgs& a) {
+  if (a.bs < 1 || a.bs > kMaxBatch || a.D < 1 || a.D > 1 + kMaxBudget)
+    fail("tokens", "shape " + tuple_str({a.bs, a.D}) + ": batch must be 1.." + std::to_string(kMaxBatch) +
+                       ", tree width 1.." + std::to_string(1 + kMaxBudget));
+  if (a.max_depth < 0 || a.max_depth > kMaxDepth)
+    fail("max_depth", std::to_string(a.max_depth) + " is outside 0.." + std::to_string(kMaxDepth));
+  for (int64_t b = 0; b < a.bs; ++b)
+    if (a.next_sibling[b * a.D] != -1) fail("next_sibling", "root of request " + std::to_string(b) + " has a sibling");
+  check_links(a);
+  check_depths(a);
+  if (a.kv_cache) {
+    if (a.num_pages < 1 || a.page_size < 1)
+      fail("kv_cache", "shape " + tuple_str({a.num_pages, a.page_size, kHeadDim}) +
+                           ", expected [num_pages >= 1, page_size >= 1, " + std::to_string(kHeadDim) + "]");
+    for (int64_t b = 0; b < a.bs; ++b)
+      if (a.prefix_lens[b] < 0) fail("prefix_lens", "negative length at " + tuple_str({b}));
+    check_paged_rows(a.num_pages, a.page_size, a.block_table, a.max_pages, a.prefix_lens, a.bs, a.D);
+  }
+}
+
+void commit_accepted(const TreeAcceptArgs& a, const int32_t* accept_len, const int32_t* accept_path) {
+  const size_t row_bytes = sz(kHeadDim) * (a.dtype == DType::BF16 ? 2 : 4);
+  auto* base = static_cast<uint8_t*>(a.kv_cache);
+  const int64_t width = 1 + a.max_depth;
+  auto row = [&](int64_t b, int64_t pos) {
+    const int64_t page = a.block_table[b * a.max_pages + pos / a.page_size];
+    return base + sz(page * a.page_size + pos % a.page_size) * row_bytes;
+  };
+  // Sequential over requests: two requests may share pages, and the reference commits in batch order.
+  for (int64_t b = 0; b < a.bs; ++b) {
+    const int64_t P = a.prefix_lens[b];
+    for (int64_t j = 1; j <= accept_len[b]; ++j)
+      std::memmove(row(b, P + j), row(b, P + accept_path[b * width + j]), row_bytes);
+  }
+}
+
+void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, int threads) {
+  const int64_t width = 1 + a.max_depth;
+  parallel_for(a.bs, threads, [&](int64_t b) {
+    const int32_t* tok = a.tokens + b * a.D;
+    const int32_t* fc = a.first_child + b * a.D;
+    const int32_t* ns = a.next_sibling + b * a.D;
+    const int32_t* tgt = a.target_tokens + b * a.D;
+    int32_t* path = o.accept_path + b * width;
+    int32_t* emit = o.emitted + b * width;
+    std::fill(path, path + width, -1);
+    std::fill(emit, emit + width, -1);
+    int32_t u = 0, n = 0;
+    path[0] = 0;
+    for (;;) {
+      const int32_t c = matching_child(tok, fc, ns, u, tgt[u]);
+      if (c < 0) break;
+      ++n;
+      path[n] = c;
+      emit[n - 1] = tok[c];
+      u = c;
+    }
+    o.accept_len[b] = n;
+    o.bonus[b] = tgt[u];
+    emit[n] = tgt[u];
+  });
+  if (a.kv_cache) commit_accepted(a, o.accept_len, o.accept_path);
+  for (int64_t b = 0; b < a.bs; ++b) {  // int32 wrap-around, as numpy's int32 arithmetic
+    const int64_t base = a.kv_cache ? int64_t(a.prefix_lens[b]) : 0;
+    o.new_lens[b] = int32_t(uint32_t(base + 1 + o.accept_len[b]));
+  }
+}
+
+}  // namespace kdtree

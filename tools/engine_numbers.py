@@ -1,0 +1,220 @@
+"""CPU numbers of the C++ engine on the tiny MLA+MoE model: AR and DDTree tokens per second (the drafter's
+own time apart, since it runs the target ahead), mean acceptance per budget, each op's share of a DDTree
+step, and the C++ tree builder (libkdtree_cpu through ctypes) against the Python heapq reference.
+
+    python tools/engine_numbers.py OUT_DIR [--prompts 20] [--max-new 64] [--threads 0] [--repeat 3]
+
+Writes OUT_DIR/numbers.json and OUT_DIR/numbers.md. Each decode runs `--repeat` times; the table shows
+the median run (by decode time). Numbers hold only with their machine, date and revision (recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from harness import decoding, device, tools  # noqa: E402
+from harness import strategies as hh  # noqa: E402
+from reference import tree_build as ref_build  # noqa: E402
+from reference.model import Config, Model  # noqa: E402
+
+BUDGETS = (4, 16, 64)
+DEPTH, NOISE = 8, 0.5
+OPS = ("tree_build", "tree_verify", "tree_accept", "model")
+
+
+def prompts(n: int) -> list[list[int]]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, Config().vocab, int(rng.integers(4, 17))).tolist() for _ in range(n)]
+
+
+def decode_numbers(work: pathlib.Path, args) -> dict:
+    model = work / "model.kdtr"
+    Model.random(Config(), seed=1).save(model)
+    ps = prompts(args.prompts)
+    tokens = len(ps) * args.max_new
+    runs = {}
+    for mode, budget in [("ar", 0), *(("ddtree", b) for b in BUDGETS)]:
+        opts = {"threads": args.threads}
+        if mode == "ddtree":
+            opts |= {"budget": budget, "depth": DEPTH, "noise": NOISE}
+        trials = [
+            decoding.engine_decode(model, ps, work / f"{mode}{budget}", mode=mode, max_new=args.max_new, **opts)
+            for _ in range(args.repeat)
+        ]
+        r = sorted(trials, key=lambda t: float(t["time_decode"]))[len(trials) // 2]
+        t = {k[5:]: float(r[k]) for k in r if k.startswith("time_")}
+        step = t["decode"] - t["drafter"]
+        acc = r["accept_lens"][r["accept_lens"] >= 0]
+        row = {
+            "mode": mode,
+            "budget": budget,
+            "tokens": tokens,
+            "rounds": int(acc.size),
+            "decode_s": t["decode"],
+            "drafter_s": t["drafter"],
+            "tokens_per_s": tokens / t["decode"],
+            "tokens_per_s_without_drafter": tokens / step,
+            "mean_accepted_drafts": float(acc.mean()),
+            "tokens_per_round": float(acc.mean()) + 1.0,
+            "off_first_branch_rounds": float((r["path_max_rank"][r["accept_lens"] >= 0] > 0).mean()),
+            "step_s": step,
+            "op_seconds": {op: t[op] for op in OPS},
+            "op_share_of_step": {op: t[op] / step for op in OPS},
+            "all_decode_s": sorted(float(x["time_decode"]) for x in trials),
+        }
+        if mode == "ddtree":
+            ar = runs["ar0"]
+            row["equals_ar_tokens"] = bool(np.array_equal(r["tokens"], ar["_tokens"]))
+        row["_tokens"] = r["tokens"]
+        runs[f"{mode}{budget}"] = row
+    for row in runs.values():
+        row.pop("_tokens")
+    return {"model": {"seed": 1, **Config().__dict__}, "prompts": len(ps), "max_new": args.max_new, "runs": runs}
+
+
+def tree_build_numbers(threads: int) -> list[dict]:
+    spec = importlib.util.spec_from_file_location("kdtree_cpu", ROOT / "engine" / "python" / "kdtree_cpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lib = mod.KdtreeCpu(tools.library("kdtree_cpu"))
+    rows = []
+    for bs in (1, 16):
+        for B in (16, 64, 256, 1024):
+            rng = np.random.default_rng(B + bs)
+            L = 15
+            lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)
+            ids = np.stack([np.stack([rng.choice(160_000, B, replace=False) for _ in range(L)]) for _ in range(bs)])
+            args = (lp, ids.astype(np.int32), rng.integers(0, 160_000, bs).astype(np.int32), B, np.zeros(bs, np.int32))
+            want = ref_build.tree_build(*args)
+            row = {"bs": bs, "B": B, "L": L}
+            row["python_heapq_us"] = _median_us(lambda a=args: ref_build.tree_build(*a), 3)
+            for n in sorted({1, threads or os.cpu_count() or 1}):
+                call = lib.bind(*args, threads=n, validate=False)
+                got = call()
+                assert all(np.array_equal(getattr(got, f), getattr(want, f)) for f in ref_build.Tree.FIELDS[:-1])
+                row[f"cpp_{n}_threads_us"] = _median_us(call, 30)
+            rows.append(row)
+    return rows
+
+
+def _median_us(fn, rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+def markdown(res: dict) -> str:
+    env = res["environment"]
+    lines = [
+        f"# kdtree-engine on the CPU — {env['date']}",
+        "",
+        f"Machine: {env['cpu']}, {env['cores']} cores ({env['platform']}). Revision `{env['git_revision']}`.",
+        f"Command: `{env['command']}`. Load average before the run: {env['loadavg']}.",
+        "",
+        f"Model: reference/model.py defaults (seed 1): {res['decode']['model']['n_layers']} layers, hidden "
+        f"{res['decode']['model']['hidden']}, {res['decode']['model']['n_heads']} heads, 576-wide latent cache, "
+        f"{res['decode']['model']['n_experts']} experts top-{res['decode']['model']['top_k']} + shared, vocab "
+        f"{res['decode']['model']['vocab']}. {res['decode']['prompts']} prompts of 4-16 tokens, "
+        f"{res['decode']['max_new']} new tokens each, all prompts batched; drafter depth {DEPTH}, noise {NOISE}. "
+        "Times are the engine's own (steady clock around each phase), median of the repeats.",
+        "",
+        "| mode | B | tok/s | tok/s without drafter | drafter s | decode s | accepted drafts/round | "
+        "tokens/round | rounds off the first branch | = AR |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["decode"]["runs"].values():
+        dd = r["mode"] == "ddtree"
+        lines.append(
+            f"| {r['mode']} | {r['budget'] if dd else '-'} | {r['tokens_per_s']:.1f} | "
+            f"{r['tokens_per_s_without_drafter']:.1f} | {r['drafter_s']:.2f} | {r['decode_s']:.2f} | "
+            f"{r['mean_accepted_drafts']:.2f} | {r['tokens_per_round']:.2f} | "
+            f"{r['off_first_branch_rounds']:.0%} | {'yes' if r.get('equals_ar_tokens', True) else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Share of a step (one round without the drafter: tree_build, the target forward over the tree whose "
+        "attention is tree_verify, tree_accept's walk and commit on every layer; `model` is the rest of the "
+        "forward: projections, MoE, norms, lm_head, argmax):",
+        "",
+        "| mode | B | tree_build | tree_verify | tree_accept | model |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in res["decode"]["runs"].values():
+        s = r["op_share_of_step"]
+        lines.append(
+            f"| {r['mode']} | {r['budget'] or '-'} | {s['tree_build']:.2%} | {s['tree_verify']:.1%} | "
+            f"{s['tree_accept']:.2%} | {s['model']:.1%} |"
+        )
+    tb = res["tree_build"]
+    cols = [k for k in tb[0] if k.startswith("cpp_")]
+    lines += [
+        "",
+        "C++ tree builder (libkdtree_cpu through ctypes, arguments bound once, preallocated outputs, no "
+        "validation, no file I/O) against the Python heapq reference (with its validation and every layout), "
+        "L = 15, K_in = B, median µs per batch:",
+        "",
+        "| bs | B | Python heapq | "
+        + " | ".join(c.replace("cpp_", "C++ ").replace("_threads_us", " thr") for c in cols)
+        + " |",
+        "|---|---|---|" + "---|" * len(cols),
+    ]
+    for r in tb:
+        lines.append(
+            f"| {r['bs']} | {r['B']} | {r['python_heapq_us']:.0f} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=pathlib.Path)
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cpuinfo = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), "?")
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "git_revision": device.git_revision(str(ROOT)),
+        "command": "python tools/engine_numbers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "compiler": subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        res = {"environment": env, "decode": decode_numbers(pathlib.Path(tmp), args)}
+    res["tree_build"] = tree_build_numbers(args.threads)
+    (args.out / "numbers.json").write_text(json.dumps(res, indent=1) + "\n")
+    (args.out / "numbers.md").write_text(markdown(res))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
