@@ -32,8 +32,9 @@ def test_mutant_is_killed(name, request, tmp_path):
         sys.executable,
         "-m",
         "pytest",
-        f"conformance/test_{op}.py",
+        # the golden fixtures first: bit-exact for the reference, so they kill most mutants in seconds
         "conformance/test_fixtures.py",
+        f"conformance/test_{op}.py",
         "--impl",
         "reference",
         "-p",
