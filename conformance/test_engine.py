@@ -236,7 +236,10 @@ def test_op_file_names_are_checked():
         engine.run_op("tree_build", {**good, "budget": np.array([6], np.int32)})
     with pytest.raises(engine.EngineError, match=r"^softmax_scale: dtype int32, expected float64"):
         engine.run_op("tree_verify", {**verify_inputs(), "softmax_scale": np.array(1, np.int32)})
-    with pytest.raises(engine.EngineError, match=r"^kv_cache: the commit needs kv_cache, block_table and prefix_lens"):
+    with pytest.raises(
+        engine.EngineError,
+        match=r"^kv_cache: needs kv_cache, block_table, prefix_lens together \(kv_cache, prefix_lens missing\)$",
+    ):
         engine.run_op("tree_accept", {**accept_inputs(), "block_table": np.zeros((1, 2), np.int32)})
     full = engine.run_op("tree_build", {**good, "with_full_mask": np.array(True)})["full_mask"]
     args = [good[k] for k in ("top_logp", "top_ids", "root_tokens")]
