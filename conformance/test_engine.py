@@ -575,6 +575,7 @@ def test_op_path_libfuzzer_smoke(request, tmp_path):
             "-max_len=32768",
             f"-artifact_prefix={tmp_path}/",
             "-print_final_stats=1",
+            *tools.fuzz_memory_flags(),
         ],
         capture_output=True,
         text=True,
