@@ -236,7 +236,10 @@ def test_op_file_names_are_checked():
         engine.run_op("tree_build", {**good, "budget": np.array([6], np.int32)})
     with pytest.raises(engine.EngineError, match=r"^softmax_scale: dtype int32, expected float64"):
         engine.run_op("tree_verify", {**verify_inputs(), "softmax_scale": np.array(1, np.int32)})
-    with pytest.raises(engine.EngineError, match=r"^kv_cache: the commit needs kv_cache, block_table and prefix_lens"):
+    with pytest.raises(
+        engine.EngineError,
+        match=r"^kv_cache: needs kv_cache, block_table, prefix_lens together \(kv_cache, prefix_lens missing\)$",
+    ):
         engine.run_op("tree_accept", {**accept_inputs(), "block_table": np.zeros((1, 2), np.int32)})
     full = engine.run_op("tree_build", {**good, "with_full_mask": np.array(True)})["full_mask"]
     args = [good[k] for k in ("top_logp", "top_ids", "root_tokens")]
@@ -299,12 +302,33 @@ FILE_WORDING = {
 }
 
 
+def _contract_says(op: str, tensors: dict) -> str | None:
+    """The contract's message for an op file's inputs read back as arguments; None when it accepts them."""
+    c = contract.OPS[op]
+    try:
+        c.validate(**c.args_from_kdtr(tensors))
+    except contract.InputError as e:
+        return str(e)
+    return None
+
+
+def _engine_says(op: str, tensors: dict) -> str | None:
+    """The engine's message for an op file (no Python checks on the way); None when it runs the op."""
+    try:
+        engine.run_op(op, tensors)
+    except engine.EngineError as e:
+        return str(e)
+    return None
+
+
 @pytest.mark.spec("EN.2.2")
 @pytest.mark.parametrize("op,tensors,message", _contract_cases())
 def test_engine_validates_op_files_itself(request, op, tensors, message):
-    """No Python checks on the way: the engine's own message names the argument, in the contract's words."""
+    """No Python checks on the way: the engine's own message names the argument, in the contract's words;
+    where the contract refuses the file's own values too, the engine's message is the contract's, verbatim."""
+    tensors = {k: _as_tensor(a) for k, a in tensors.items()}
     with pytest.raises(engine.EngineError) as e:
-        engine.run_op(op, {k: _as_tensor(a) for k, a in tensors.items()})
+        engine.run_op(op, tensors)
     got = str(e.value)
     want = FILE_WORDING.get(request.node.callspec.id)
     if want is not None:
@@ -314,6 +338,180 @@ def test_engine_validates_op_files_itself(request, op, tensors, message):
     named = re.match(r"\w+: ", message)
     if named:
         assert got.startswith(named.group(0)), f"engine said {got!r}, not naming {named.group(0)!r}"
+    said = _contract_says(op, tensors)
+    if said is not None:
+        assert got == said, f"engine said {got!r}, the contract on the same file says {said!r}"
+
+
+VALID_INPUTS = {
+    "tree_build": build_inputs,
+    "tree_verify": lambda: verify_inputs(Q=5, prefix=(5, 2)),
+    "tree_accept": lambda: accept_inputs(commit=True),
+}
+
+
+def _symbol_cases():
+    """Every shape symbol of every op just outside its range, in the first array that names it (the one
+    the contract's message names), where such an array stays small."""
+    out = []
+    for op, c in contract.OPS.items():
+        for s in c.symbols:
+            if s.name in c.derived:
+                continue
+            arg = next(a for a in c.args if a.kind == "array" and s.name in a.shape)
+            for n in (s.lo - 1, s.hi + 1):
+                if n >= 0 and s.hi + 1 <= 2**20:
+                    out.append(pytest.param(op, arg.name, arg.shape.index(s.name), n, id=f"{op}-{s.name}={n}"))
+    out.append(pytest.param("tree_verify", "visibility", 2, 2, id="tree_verify-W=2"))  # derived: must agree
+    return out
+
+
+@pytest.mark.spec("EN.2.2")
+@pytest.mark.parametrize("op,arg,axis,n", _symbol_cases())
+def test_engine_checks_every_shape_symbol(op, arg, axis, n):
+    """Dimensions the replayed cases do not reach (Q, D, max_pages, bs = 0, ...): the contract's message."""
+    tensors = VALID_INPUTS[op]()
+    shape = list(tensors[arg].shape)
+    shape[axis] = n
+    tensors[arg] = np.zeros(shape, tensors[arg].dtype)
+    said = _contract_says(op, tensors)
+    assert said is not None and said.startswith(f"{arg}: ")
+    assert _engine_says(op, tensors) == said
+
+
+def _visibility_with(rows: dict) -> dict:
+    t = VALID_INPUTS["tree_verify"]()
+    for (b, i), word in rows.items():
+        t["visibility"][b, i, 0] = word
+    return t
+
+
+def _accept_two_requests(table, prefix=(0, 0), num_pages=8, page_size=1) -> dict:
+    t = accept_inputs()
+    t = {k: np.repeat(a, 2, axis=0) if a.ndim == 2 else a for k, a in t.items()}
+    t["kv_cache"] = np.zeros((num_pages, page_size, 576), np.float32)
+    t["block_table"] = np.array(table, np.int32)
+    t["prefix_lens"] = np.array(prefix, np.int32)
+    return t
+
+
+def _accept_linked_pads() -> dict:
+    """Pads 2 -> 3 -> 4 linked among themselves but not to the root: depth 0 for the contract."""
+    t = accept_inputs()
+    t["first_child"] = np.array([[1, -1, 3, 4, -1]], np.int32)
+    t["next_sibling"] = np.full((1, 5), -1, np.int32)
+    t["max_depth"] = np.array(1, np.int32)
+    return t
+
+
+def _build_at_context_limit(over: int) -> dict:
+    t = build_inputs(B=6)
+    t["prefix_lens"] = np.array([contract.limits.MAX_CONTEXT - 7 + over, 0], np.int32)
+    return t
+
+
+def _build_full_mask_over_limit() -> dict:
+    """1024 requests of 1025 rows near the context limit: a FULL_MASK of ~2.7e11 bytes, refused up front."""
+    bs, B = 1024, 1024
+    return {
+        "top_logp": np.zeros((bs, 1, 1), np.float32),
+        "top_ids": np.zeros((bs, 1, 1), np.int32),
+        "root_tokens": np.zeros(bs, np.int32),
+        "budget": np.array(B, np.int32),
+        "prefix_lens": np.full(bs, contract.limits.MAX_CONTEXT - 1 - B, np.int32),
+        "with_full_mask": np.array(True),
+    }
+
+
+# Contract rules the replayed cases do not pin down: which error comes first, which pair or row is named.
+EXACT = [
+    pytest.param("tree_verify", lambda: _visibility_with({(0, 1): 0b10111}), "row 1 sees a later row 4", id="later"),
+    pytest.param(
+        "tree_verify",
+        lambda: _visibility_with({(1, 2): 0b111, (1, 3): 0b1101, (0, 4): 0b11001}),
+        "request 0 row 4 is not its parent's row plus itself",
+        id="closure-request-order",
+    ),
+    pytest.param(
+        "tree_accept",
+        lambda: _accept_two_requests([[5, 3, 1, 6, 7], [2, 3, 4, 5, 0]]),
+        "request 0 position 1 and request 1 position 1 map to the same cache row 3",
+        id="alias-smallest-row",
+    ),
+    pytest.param(
+        "tree_accept",
+        lambda: _accept_two_requests([[0, 1], [1, 2]], prefix=(3, 1), num_pages=3, page_size=4),
+        "request 0 position 5 and request 1 position 1 map to the same cache row 5",
+        id="alias-across-pages",
+    ),
+    pytest.param("tree_accept", _accept_linked_pads, None, id="unreached-pads-depth-0"),
+    pytest.param(
+        "tree_accept",
+        lambda: {**accept_inputs(), "tokens": np.array([[9, 5, 6, 7, -1]], np.int32), "max_depth": np.array(0)},
+        r"tokens: negative token id at \(0, 4\)",
+        id="tokens-before-depth",
+    ),
+    pytest.param("tree_build", lambda: _build_at_context_limit(0), None, id="context-limit-inclusive"),
+    pytest.param(
+        "tree_build",
+        lambda: _build_at_context_limit(1),
+        "request 0: prefix 262138 \\+ 7 tree rows = 262145 exceeds the context limit 262144",
+        id="context-one-over",
+    ),
+    pytest.param(
+        "tree_build",
+        _build_full_mask_over_limit,
+        r"^with_full_mask: the FULL_MASK layout would take 275146342400 bytes .* more than 2147483647",
+        id="full-mask-over-limit",
+    ),
+]
+
+
+@pytest.mark.spec("EN.2.2")
+@pytest.mark.parametrize("op,make,message", EXACT)
+def test_engine_reports_the_contracts_first_error(op, make, message):
+    tensors = make()
+    said = _contract_says(op, tensors)
+    assert (said is None) if message is None else re.search(message, said), said
+    assert _engine_says(op, tensors) == said
+
+
+_MUTANTS = {
+    "int32": [-(2**31), -7, -1, 0, 1, 2, 3, 4, 5, 6, 9, 33, 1025, 2**31 - 1],
+    "uint32": [0, 1, 2, 3, 5, 7, 11, 27, 0b11001, 2**31, 2**32 - 1],
+    "float32": [np.nan, np.inf, -np.inf, 0.0, -0.0, 0.5, -1e-3, -0.7, -100.0],
+    "float64": [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.1, 1e-50, 1e39, 1e-45, 3.4028235e38, 3.5e38, 1e-5, 1e16],
+}
+
+
+@pytest.mark.spec("EN.2.2")
+@given(op=st.sampled_from(OPS), data=st.data())
+def test_engine_and_contract_agree_on_mutated_files(op, data):
+    """Valid op files with a few values changed (the cache's and q's values are never read by the checks):
+    the engine refuses exactly what the contract refuses, with the contract's first message."""
+    tensors = VALID_INPUTS[op]()
+    names = sorted(k for k, a in tensors.items() if a.dtype.name in _MUTANTS and k not in ("q", "kv_cache"))
+    for _ in range(data.draw(st.integers(1, 3), label="mutations")):
+        a = tensors[data.draw(st.sampled_from(names), label="tensor")]
+        i = data.draw(st.integers(0, a.size - 1), label="index")
+        a.reshape(-1)[i] = data.draw(st.sampled_from(_MUTANTS[a.dtype.name]), label="value")
+    assert _engine_says(op, tensors) == _contract_says(op, tensors)
+
+
+@pytest.mark.spec("EN.2.2")
+@given(
+    scale=st.one_of(
+        st.floats(),
+        st.floats(max_value=0.0),
+        st.floats(min_value=3e38),
+        st.floats(min_value=0.0, max_value=1e-44),
+        st.sampled_from([1e-4, 1e-5, 1e15, 1e16, 123456789012345678.0, 5e-324, -1.5e300, -0.0001]),
+    )
+)
+def test_engine_softmax_scale_messages_are_the_contracts(scale):
+    """softmax_scale's float32 rules, and its value written as Python's repr writes it."""
+    tensors = {**VALID_INPUTS["tree_verify"](), "softmax_scale": np.array(scale, np.float64)}
+    assert _engine_says("tree_verify", tensors) == _contract_says("tree_verify", tensors)
 
 
 @pytest.mark.spec("EN.2.3")
@@ -377,6 +575,7 @@ def test_op_path_libfuzzer_smoke(request, tmp_path):
             "-max_len=32768",
             f"-artifact_prefix={tmp_path}/",
             "-print_final_stats=1",
+            *tools.fuzz_memory_flags(),
         ],
         capture_output=True,
         text=True,

@@ -310,6 +310,7 @@ def test_libfuzzer_smoke(request, reader, tmp_path):
             "-max_len=4096",
             f"-artifact_prefix={tmp_path}/",
             "-print_final_stats=1",
+            *tools.fuzz_memory_flags(),
         ],
         capture_output=True,
         text=True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import resource
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -37,6 +38,19 @@ def library(name: str) -> pathlib.Path:
         where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
         raise ToolMissing(f"lib{name}.so is not built ({where}); run `make setup`")
     return p
+
+
+# libFuzzer's memory budget per run of a fuzz target (its default -rss_limit_mb).
+FUZZ_MEMORY_MB = 2048
+
+
+def fuzz_memory_flags() -> list[str]:
+    """libFuzzer flags for a fuzz run started from this process. Linux keeps ru_maxrss across execve and
+    subprocess starts children with vfork, so a fuzzer started from a test worker that once held gigabytes
+    reports that peak as its own RSS from the first input on (a spurious out-of-memory). Its RSS limit
+    therefore counts from this process's peak, and a single allocation over FUZZ_MEMORY_MB still fails."""
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB on Linux
+    return [f"-rss_limit_mb={peak_mb + FUZZ_MEMORY_MB}", f"-malloc_limit_mb={FUZZ_MEMORY_MB}"]
 
 
 def inspect(path, *, verify: bool = True, rewrite=None) -> dict:

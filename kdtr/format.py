@@ -66,7 +66,7 @@ DTYPES: dict[int, tuple[str, int, np.dtype | None]] = {
     17: ("F8_E5M2", 1, _E5M2),
 }
 # raw fallbacks when ml_dtypes is absent: same bytes, tagged with the KDTR name
-_RAW = {2: np.dtype("<u2"), 1: np.dtype("u1")}
+_RAW: dict[int, np.dtype] = {2: np.dtype("<u2"), 1: np.dtype("u1")}
 
 
 def dtype_code(dt: np.dtype) -> int:

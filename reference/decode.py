@@ -52,7 +52,7 @@ def generate_ar(model: Model, prompts, max_new: int) -> list[Run]:
     bs, longest = len(prompts), max(len(p) for p in prompts)
     cache = _new_cache(model, bs, longest + max_new)
     seqs = [list(p) for p in prompts]  # prompt, then the generated tokens
-    margins = [[] for _ in prompts]
+    margins: list[list[float]] = [[] for _ in prompts]
     for pos in range(longest - 1 + max_new):
         logits = _step(model, cache, [seqs[b][pos] if pos < len(seqs[b]) else 0 for b in range(bs)], pos)
         for b in range(bs):
@@ -90,7 +90,9 @@ def generate_ddtree(
         _step(model, cache, [prompt[pos]], pos)
     cache = cache[0]
     table = np.zeros((1, 1), np.int32)  # one page holding the whole sequence
-    root, P, out, accept_lens = prompt[-1], n - 1, [], []
+    root, P = prompt[-1], n - 1
+    out: list[int] = []
+    accept_lens: list[int] = []
     K_in, D = min(budget, cfg.vocab), 1 + budget
     while len(out) < max_new:
         lp = np.zeros((depth, 0), np.float32)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import numpy as np
 
 import kdtr
-
 from contract import limits as v
 
 
@@ -64,7 +64,7 @@ class Config:
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str]) -> Config:
-        kw = {}
+        kw: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
             raw = meta[f"model.{f.name}"]
             kw[f.name] = float(raw) if f.type == "float" else int(raw)

@@ -1,11 +1,13 @@
 // kdtree-engine: the DDTree ops over KDTR files, a batch/serve mode, and a decoder that runs an MLA+MoE
 // model autoregressively or with DDTree speculation using those same ops. Run with --help.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iostream>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "kdtree/cli.hpp"
 #include "kdtree/contract.hpp"
@@ -50,10 +52,39 @@ tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
                out: accept_len [bs], accept_path [bs,1+max_depth], emitted [bs,1+max_depth], bonus [bs],
                     new_lens [bs], and kv_cache (the committed cache) when one was given
 
-Every input is validated first (dtypes, shapes, ranges, sorted rows, duplicate ids, NaN, cyclic or
-non-prefix trees, paged addressing); a bad one gets "TENSOR: problem" and exit status 1, OUT untouched.
+Every input is validated first, by the contract's rules and in its order (the first error is the one the
+Python contract reports): dtypes and shapes, then the values. A bad one gets "TENSOR: problem" and exit
+status 1, OUT untouched.
+  limits       bs @BS@, L @L@, K_in @K@, budget B @B@, heads H @H@,
+               tree width Q (verify) or D (accept) @D@, page_size @PS@, max_pages @MP@,
+               num_pages * page_size <= @ROWS@, prefix_lens >= 0, prefix_len + tree rows <= @CTX@
+               (the context limit, checked before the page addressing)
+  tree_build   no NaN, log-probs <= 0 or -inf and non-increasing per row; token ids >= 0 and distinct per
+               row; root tokens >= 0; with_full_mask's layout (D*(prefix_len + D) bytes per request) at
+               most @FULL@ bytes
+  tree_verify  softmax_scale a finite value whose float32 value is finite and > 0; every page a request
+               needs is in its block_table row and in range; visibility is a tree's ancestor closure
+  tree_accept  tokens and target_tokens >= 0; the links form a tree off node 0 (forward links, one
+               incoming link per node, no root sibling) no deeper than max_depth; the commit needs
+               kv_cache, block_table and prefix_lens together, every page in range, and the rows
+               prefix_len .. prefix_len + D - 1 of all requests distinct physical cache rows
 --threads N: worker threads across requests (0 = one per core, the default; at most 256).
 )";
+
+// The op help with the contract's limits filled in (kernels_cu/contract_limits.cuh, via contract.hpp).
+std::string op_help() {
+  std::string s = kOpHelp;
+  auto range = [](int64_t lo, int64_t hi) { return std::to_string(lo) + ".." + std::to_string(hi); };
+  const std::pair<const char*, std::string> fill[] = {
+      {"@BS@", range(1, kdtree::kMaxBatch)},     {"@L@", range(0, kdtree::kMaxDepth)},
+      {"@K@", range(0, kdtree::kMaxTopK)},       {"@B@", range(0, kdtree::kMaxBudget)},
+      {"@D@", range(1, kdtree::kMaxTree)},       {"@H@", range(1, kdtree::kMaxHeads)},
+      {"@PS@", range(1, kdtree::kMaxPageSize)},  {"@ROWS@", std::to_string(kdtree::kMaxCacheRows)},
+      {"@MP@", range(1, kdtree::kMaxContext)},   {"@CTX@", std::to_string(kdtree::kMaxContext)},
+      {"@FULL@", std::to_string(kdtree::kMaxFullMaskBytes)}};
+  for (const auto& f : fill) s.replace(s.find(f.first), std::strlen(f.first), f.second);
+  return s;
+}
 
 const char* kBatchHelp = R"(usage: kdtree-engine batch [LIST|-] [--device cpu] [--threads N]
        kdtree-engine serve [--device cpu] [--threads N]
@@ -136,17 +167,20 @@ int dispatch(int argc, char** argv) {
   const std::string sub = argv[1];
   if (sub == "--help" || sub == "-h" || sub == "help") {
     const std::string what = argc > 2 ? argv[2] : "";
-    if (what == "op") std::fputs(kOpHelp, stdout);
+    if (what == "op") std::fputs(op_help().c_str(), stdout);
     else if (what == "batch" || what == "serve") std::fputs(kBatchHelp, stdout);
     else if (what == "decode") std::fputs(kDecodeHelp, stdout);
     else if (what.empty()) std::fputs(kOverview, stdout);
     else return usage_error("", "no subcommand '" + what + "'");
     return 0;
   }
-  const char* help = sub == "op" ? kOpHelp : (sub == "batch" || sub == "serve") ? kBatchHelp : sub == "decode" ? kDecodeHelp : nullptr;
-  if (!help) return usage_error("", "no subcommand '" + sub + "'");
+  const std::string help = sub == "op"                         ? op_help()
+                           : (sub == "batch" || sub == "serve") ? kBatchHelp
+                           : sub == "decode"                    ? kDecodeHelp
+                                                                : "";
+  if (help.empty()) return usage_error("", "no subcommand '" + sub + "'");
   if (wants_help(argc, argv, 2)) {
-    std::fputs(help, stdout);
+    std::fputs(help.c_str(), stdout);
     return 0;
   }
   try {

@@ -1,8 +1,10 @@
-// Op files in, op files out: the dtype and shape checks in the Python contract's order, then the value
-// checks and the op itself (tree_build.cpp, tree_verify.cpp, tree_accept.cpp).
+// Op files in, op files out: the contract's structural pass (dtypes, ranks, shape symbols and their
+// ranges, scalars) in argument order, then the op's value checks in the contract's order and the op itself
+// (tree_build.cpp, tree_verify.cpp, tree_accept.cpp): the first error is the one the contract reports.
 #include "kdtree/ops.hpp"
 
 #include "kdtree/bf16.hpp"
+#include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
 #include "kdtree/format.hpp"
 #include "kdtree/tree_accept.hpp"
@@ -15,21 +17,15 @@ namespace {
 using Meta = std::vector<std::pair<std::string, std::string>>;
 
 TensorList op_tree_build(Reader& r, int threads) {
-  const View lp = r.array("top_logp", {kF32}, 3);
-  const int64_t bs = lp.shape[0], L = lp.shape[1], K_in = lp.shape[2];
-  if (bs < 1 || bs > kMaxBatch)
-    fail("top_logp", "batch size " + std::to_string(bs) + " is outside 1.." + std::to_string(kMaxBatch));
-  if (L > kMaxDepth) fail("top_logp", "depth L=" + std::to_string(L) + " is more than " + std::to_string(kMaxDepth));
-  if (K_in > kMaxTopK) fail("top_logp", "K_in=" + std::to_string(K_in) + " is more than " + std::to_string(kMaxTopK));
-  const View ids = r.array("top_ids", {kI32}, 3);
-  expect_shape("top_ids", ids, lp.shape);
-  const View roots = r.array("root_tokens", {kI32}, 1);
-  expect_shape("root_tokens", roots, {bs});
+  Shapes sh({sym::kBs, sym::kL, sym::kKIn});
+  const View lp = sh.array(r, "top_logp", {kF32}, {"bs", "L", "K_in"});
+  const View ids = sh.array(r, "top_ids", {kI32}, {"bs", "L", "K_in"});
+  const View roots = sh.array(r, "root_tokens", {kI32}, {"bs"});
   const int64_t B = r.integer("budget", 0, kMaxBudget);
-  const View pre = r.array("prefix_lens", {kI32}, 1);
-  expect_shape("prefix_lens", pre, {bs});
+  const View pre = sh.array(r, "prefix_lens", {kI32}, {"bs"});
   const bool full = r.has("with_full_mask") && r.flag("with_full_mask");
   r.reject_unknown("an input of tree_build");
+  const int64_t bs = sh["bs"], L = sh["L"], K_in = sh["K_in"];
 
   const auto lp_v = copy_of<float>(lp);
   const auto ids_v = copy_of<int32_t>(ids);
@@ -73,28 +69,17 @@ TensorList op_tree_build(Reader& r, int threads) {
 }
 
 TensorList op_tree_verify(Reader& r, int threads) {
-  const View q = r.array("q", {kF32, kBF16}, 4);
-  const int64_t bs = q.shape[0], Q = q.shape[1], H = q.shape[2];
-  if (q.shape[3] != kHeadDim)
-    fail("q", "last dim " + std::to_string(q.shape[3]) + ", expected " + std::to_string(kHeadDim) +
-                  " (512 absorbed q_nope + 64 q_pe)");
-  if (bs < 1 || bs > kMaxBatch)
-    fail("q", "batch size " + std::to_string(bs) + " is outside 1.." + std::to_string(kMaxBatch));
-  if (Q < 1 || Q > 1 + kMaxBudget) fail("q", "Q=" + std::to_string(Q) + " is outside 1.." + std::to_string(1 + kMaxBudget));
-  if (H < 1) fail("q", "needs at least one head");
-  const View kv = r.array("kv_cache", {q.t->dtype}, 3);
-  if (kv.shape[2] != kHeadDim || kv.shape[0] < 1 || kv.shape[1] < 1)
-    fail("kv_cache", "shape " + tuple_str(kv.shape) + ", expected [num_pages >= 1, page_size >= 1, " +
-                         std::to_string(kHeadDim) + "]");
-  const View bt = r.array("block_table", {kI32}, 2);
-  if (bt.shape[0] != bs) fail("block_table", "shape " + tuple_str(bt.shape) + ", expected [" + std::to_string(bs) + ", max_pages]");
-  const View pre = r.array("prefix_lens", {kI32}, 1);
-  expect_shape("prefix_lens", pre, {bs});
-  const int64_t W = (Q + 31) / 32;
-  const View vis = r.array("visibility", {kU32}, 3);
-  expect_shape("visibility", vis, {bs, Q, W});
+  Shapes sh({sym::kBs, sym::kQ, sym::kH, sym::kNumPages, sym::kPageSize, sym::kMaxPages, sym::kW});
+  const View q = sh.array(r, "q", {kF32, kBF16}, {"bs", "Q", "H", kHeadDim});
+  const View kv = sh.array(r, "kv_cache", {q.t->dtype}, {"num_pages", "page_size", kHeadDim});  // q's dtype
+  const View bt = sh.array(r, "block_table", {kI32}, {"bs", "max_pages"});
+  const View pre = sh.array(r, "prefix_lens", {kI32}, {"bs"});
+  sh.bind("W", (sh["Q"] + 31) / 32);
+  const View vis = sh.array(r, "visibility", {kU32}, {"bs", "Q", "W"});
   const double scale = r.real("softmax_scale");
+  check_positive_float32("softmax_scale", scale);
   r.reject_unknown("an input of tree_verify");
+  const int64_t bs = sh["bs"], Q = sh["Q"], H = sh["H"];
 
   const bool bf16 = q.t->dtype == kBF16;
   const size_t item = bf16 ? 2 : 4;
@@ -130,18 +115,21 @@ TensorList op_tree_verify(Reader& r, int threads) {
 }
 
 TensorList op_tree_accept(Reader& r, int threads) {
-  const View tok = r.array("tokens", {kI32}, 2);
-  const int64_t bs = tok.shape[0], D = tok.shape[1];
-  if (bs < 1 || bs > kMaxBatch || D < 1 || D > 1 + kMaxBudget)
-    fail("tokens", "shape " + tuple_str(tok.shape) + ": batch must be 1.." + std::to_string(kMaxBatch) +
-                       ", tree width 1.." + std::to_string(1 + kMaxBudget));
-  const View fc = r.array("first_child", {kI32}, 2);
-  expect_shape("first_child", fc, {bs, D});
-  const View ns = r.array("next_sibling", {kI32}, 2);
-  expect_shape("next_sibling", ns, {bs, D});
-  const View tgt = r.array("target_tokens", {kI32}, 2);
-  expect_shape("target_tokens", tgt, {bs, D});
+  // the commit's group first, as the contract checks it before any argument
+  const char* group[3] = {"kv_cache", "block_table", "prefix_lens"};
+  std::string missing;
+  for (const char* name : group)
+    if (!r.has(name)) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  const bool commit = missing.empty();
+  if (!commit && (r.has("kv_cache") || r.has("block_table") || r.has("prefix_lens")))
+    fail("kv_cache", "needs kv_cache, block_table, prefix_lens together (" + missing + " missing)");
+  Shapes sh({sym::kBs, sym::kD, sym::kNumPages, sym::kPageSize, sym::kMaxPages});
+  const View tok = sh.array(r, "tokens", {kI32}, {"bs", "D"});
+  const View fc = sh.array(r, "first_child", {kI32}, {"bs", "D"});
+  const View ns = sh.array(r, "next_sibling", {kI32}, {"bs", "D"});
+  const View tgt = sh.array(r, "target_tokens", {kI32}, {"bs", "D"});
   const int64_t L = r.integer("max_depth", 0, kMaxDepth);
+  const int64_t bs = sh["bs"], D = sh["D"];
   const auto tok_v = copy_of<int32_t>(tok), fc_v = copy_of<int32_t>(fc), ns_v = copy_of<int32_t>(ns),
              tgt_v = copy_of<int32_t>(tgt);
   TreeAcceptArgs a;
@@ -152,24 +140,14 @@ TensorList op_tree_accept(Reader& r, int threads) {
   a.bs = bs;
   a.D = D;
   a.max_depth = L;
-  validate_tree_accept(a);  // the tree first, as the contract orders its checks
-
-  const bool commit = r.has("kv_cache") || r.has("block_table") || r.has("prefix_lens");
   std::vector<uint8_t> kv_v;
   std::vector<int32_t> bt_v, pre_v;
   std::vector<int64_t> kv_shape;
   uint16_t kv_code = kF32;
   if (commit) {
-    if (!r.has("kv_cache") || !r.has("block_table") || !r.has("prefix_lens"))
-      fail("kv_cache", "the commit needs kv_cache, block_table and prefix_lens together");
-    const View kv = r.array("kv_cache", {kF32, kBF16}, 3);
-    if (kv.shape[2] != kHeadDim)
-      fail("kv_cache", "shape " + tuple_str(kv.shape) + ", expected [num_pages, page_size, " + std::to_string(kHeadDim) + "]");
-    const View bt = r.array("block_table", {kI32}, 2);
-    if (bt.shape[0] != bs)
-      fail("block_table", "shape " + tuple_str(bt.shape) + ", expected [" + std::to_string(bs) + ", max_pages]");
-    const View pre = r.array("prefix_lens", {kI32}, 1);
-    expect_shape("prefix_lens", pre, {bs});
+    const View kv = sh.array(r, "kv_cache", {kF32, kBF16}, {"num_pages", "page_size", kHeadDim});
+    const View bt = sh.array(r, "block_table", {kI32}, {"bs", "max_pages"});
+    const View pre = sh.array(r, "prefix_lens", {kI32}, {"bs"});
     kv_v.resize(static_cast<size_t>(kv.t->nbytes));
     if (kv.t->nbytes) std::memcpy(kv_v.data(), kv.t->data, kv_v.size());
     bt_v = copy_of<int32_t>(bt);
@@ -178,14 +156,14 @@ TensorList op_tree_accept(Reader& r, int threads) {
     kv_code = kv.t->dtype;
     a.kv_cache = kv_v.data();
     a.dtype = kv_code == kBF16 ? DType::BF16 : DType::F32;
-    a.num_pages = kv.shape[0];
-    a.page_size = kv.shape[1];
-    a.max_pages = bt.shape[1];
+    a.num_pages = sh["num_pages"];
+    a.page_size = sh["page_size"];
+    a.max_pages = sh["max_pages"];
     a.block_table = bt_v.data();
     a.prefix_lens = pre_v.data();
   }
   r.reject_unknown("an input of tree_accept");
-  if (commit) validate_tree_accept(a);
+  validate_tree_accept(a);  // the values, in the contract's order (tree, then the commit's addressing)
 
   std::vector<int32_t> accept_len(sz(bs)), path(sz(bs * (1 + L))), emitted(path.size()), bonus(sz(bs)),
       new_lens(sz(bs));

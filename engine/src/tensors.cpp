@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 
 #include "kdtree/format.hpp"
 
@@ -92,6 +93,38 @@ void Reader::reject_unknown(const std::string& what) const {
 
 void expect_shape(const std::string& name, const View& v, const std::vector<int64_t>& want) {
   if (v.shape != want) fail(name, "shape " + tuple_str(v.shape) + ", expected " + tuple_str(want));
+}
+
+View Shapes::array(Reader& r, const std::string& name, std::initializer_list<uint16_t> codes,
+                   const std::vector<Dim>& dims) {
+  const View v = r.array(name, codes, int(dims.size()));
+  check(name, v, dims);
+  return v;
+}
+
+void Shapes::check(const std::string& name, const View& v, const std::vector<Dim>& dims) {
+  std::map<std::string, int64_t> fresh;  // symbols this array is the first to name: bound before comparing
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const char* s = dims[k].sym;
+    if (s && !dims_.count(s) && !fresh.count(s)) {
+      check_symbol(name, symbol(s), v.shape[k]);
+      fresh[s] = v.shape[k];
+    }
+  }
+  std::vector<int64_t> want;
+  for (const Dim& d : dims) want.push_back(!d.sym ? d.size : dims_.count(d.sym) ? dims_.at(d.sym) : fresh.at(d.sym));
+  if (want != v.shape) {
+    std::string w;  // the contract writes the expected shape as "(a, b)", a 1-tuple as "(a)"
+    for (size_t k = 0; k < want.size(); ++k) w += (k ? ", " : "") + std::to_string(want[k]);
+    fail(name, "shape " + tuple_str(v.shape) + ", expected (" + w + ")");
+  }
+  dims_.insert(fresh.begin(), fresh.end());
+}
+
+const Symbol& Shapes::symbol(const std::string& name) const {
+  for (const Symbol& s : symbols_)
+    if (name == s.name) return s;
+  throw std::logic_error("no shape symbol " + name);
 }
 
 void TensorList::add_bytes(const std::string& name, uint16_t code, const std::vector<int64_t>& shape, const void* data,

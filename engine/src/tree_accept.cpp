@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
 #include "kdtree/format.hpp"
+#include "kdtree/paged.hpp"
 #include "kdtree/threads.hpp"
 
 namespace kdtree {
@@ -15,8 +17,11 @@ namespace {
 
 std::string at(int64_t b, int64_t u) { return "[" + std::to_string(b) + ", " + std::to_string(u) + "]"; }
 
-// reference.validate.tree_links: forward links inside the tree, at most one incoming link per node.
+// contract/trees.py check_links: no root sibling, forward links inside the tree, at most one incoming link
+// per node.
 void check_links(const TreeAcceptArgs& a) {
+  for (int64_t b = 0; b < a.bs; ++b)
+    if (a.next_sibling[b * a.D] != -1) fail("next_sibling", "root of request " + std::to_string(b) + " has a sibling");
   const char* names[2] = {"first_child", "next_sibling"};
   const int32_t* arrays[2] = {a.first_child, a.next_sibling};
   for (int k = 0; k < 2; ++k)
@@ -40,15 +45,25 @@ void check_links(const TreeAcceptArgs& a) {
   }
 }
 
-// reference.tree_accept.tree_depths, then the max_depth check.
+// contract/trees.py parents_from_links + depths_from_parents, then the max_depth check: the depth of every
+// node reached from the root (links point forward, so one pass in index order settles each node); nodes
+// the root does not reach (pads) count as depth 0, whatever links they hold.
 void check_depths(const TreeAcceptArgs& a) {
   std::vector<int64_t> depth(sz(a.D));
+  std::vector<uint8_t> reached(sz(a.D));
   for (int64_t b = 0; b < a.bs; ++b) {
     std::fill(depth.begin(), depth.end(), 0);
+    std::fill(reached.begin(), reached.end(), uint8_t(0));
+    reached[0] = 1;
     const int32_t* fc = a.first_child + b * a.D;
     const int32_t* ns = a.next_sibling + b * a.D;
-    for (int64_t u = 0; u < a.D; ++u)
-      for (int32_t c = fc[u]; c != -1; c = ns[c]) depth[sz(c)] = depth[sz(u)] + 1;
+    for (int64_t u = 0; u < a.D; ++u) {
+      if (!reached[sz(u)]) continue;
+      for (int32_t c = fc[u]; c != -1; c = ns[c]) {
+        depth[sz(c)] = depth[sz(u)] + 1;
+        reached[sz(c)] = 1;
+      }
+    }
     for (int64_t u = 0; u < a.D; ++u)
       if (depth[sz(u)] > a.max_depth)
         fail("first_child", "request " + std::to_string(b) + " node " + std::to_string(u) + " is at depth " +
@@ -65,23 +80,27 @@ int32_t matching_child(const int32_t* tokens, const int32_t* fc, const int32_t* 
 }  // namespace
 
 void validate_tree_accept(const TreeAcceptArgs& a) {
-  if (a.bs < 1 || a.bs > kMaxBatch || a.D < 1 || a.D > 1 + kMaxBudget)
-    fail("tokens", "shape " + tuple_str({a.bs, a.D}) + ": batch must be 1.." + std::to_string(kMaxBatch) +
-                       ", tree width 1.." + std::to_string(1 + kMaxBudget));
+  // the structural limits, for callers without an op file's structural pass
+  check_symbol("tokens", sym::kBs, a.bs);
+  check_symbol("tokens", sym::kD, a.D);
   if (a.max_depth < 0 || a.max_depth > kMaxDepth)
     fail("max_depth", std::to_string(a.max_depth) + " is outside 0.." + std::to_string(kMaxDepth));
-  for (int64_t b = 0; b < a.bs; ++b)
-    if (a.next_sibling[b * a.D] != -1) fail("next_sibling", "root of request " + std::to_string(b) + " has a sibling");
+  if (a.kv_cache) {
+    check_symbol("kv_cache", sym::kNumPages, a.num_pages);
+    check_symbol("kv_cache", sym::kPageSize, a.page_size);
+    check_symbol("block_table", sym::kMaxPages, a.max_pages);
+  }
+  // contract/tree_accept.py _check_values, in its order
+  check_non_negative("tokens", a.tokens, {a.bs, a.D}, "token id");
+  check_non_negative("target_tokens", a.target_tokens, {a.bs, a.D}, "token id");
   check_links(a);
   check_depths(a);
-  if (a.kv_cache) {
-    if (a.num_pages < 1 || a.page_size < 1)
-      fail("kv_cache", "shape " + tuple_str({a.num_pages, a.page_size, kHeadDim}) +
-                           ", expected [num_pages >= 1, page_size >= 1, " + std::to_string(kHeadDim) + "]");
-    for (int64_t b = 0; b < a.bs; ++b)
-      if (a.prefix_lens[b] < 0) fail("prefix_lens", "negative length at " + tuple_str({b}));
-    check_paged_rows(a.num_pages, a.page_size, a.block_table, a.max_pages, a.prefix_lens, a.bs, a.D);
-  }
+  if (!a.kv_cache) return;
+  check_cache_shape(a.num_pages, a.page_size);
+  check_non_negative("prefix_lens", a.prefix_lens, {a.bs}, "length");
+  check_context(a.prefix_lens, a.bs, a.D);
+  check_pages(a.num_pages, a.page_size, a.block_table, a.max_pages, a.prefix_lens, a.bs, a.D);
+  check_distinct_rows(a.block_table, a.max_pages, a.page_size, a.prefix_lens, a.bs, a.D);
 }
 
 void commit_accepted(const TreeAcceptArgs& a, const int32_t* accept_len, const int32_t* accept_path) {
@@ -92,7 +111,8 @@ void commit_accepted(const TreeAcceptArgs& a, const int32_t* accept_len, const i
     const int64_t page = a.block_table[b * a.max_pages + pos / a.page_size];
     return base + sz(page * a.page_size + pos % a.page_size) * row_bytes;
   };
-  // Sequential over requests: two requests may share pages, and the reference commits in batch order.
+  // Sequential over requests, in batch order as the reference commits (validated commits never alias rows
+  // across requests; the decoder's per-layer commits go through here too).
   for (int64_t b = 0; b < a.bs; ++b) {
     const int64_t P = a.prefix_lens[b];
     for (int64_t j = 1; j <= accept_len[b]; ++j)

@@ -8,8 +8,10 @@
 #include <limits>
 #include <vector>
 
+#include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
 #include "kdtree/format.hpp"
+#include "kdtree/paged.hpp"
 #include "kdtree/threads.hpp"
 
 namespace kdtree {
@@ -135,12 +137,13 @@ std::string row_name(int64_t b, int64_t d) { return "row [" + std::to_string(b) 
 }  // namespace
 
 void validate_tree_build(const TreeBuildArgs& a) {
-  if (a.bs < 1 || a.bs > kMaxBatch)
-    fail("top_logp", "batch size " + std::to_string(a.bs) + " is outside 1.." + std::to_string(kMaxBatch));
-  if (a.L > kMaxDepth) fail("top_logp", "depth L=" + std::to_string(a.L) + " is more than " + std::to_string(kMaxDepth));
-  if (a.K_in > kMaxTopK) fail("top_logp", "K_in=" + std::to_string(a.K_in) + " is more than " + std::to_string(kMaxTopK));
+  // the structural limits, for callers without an op file's structural pass (the C ABI, the decoder)
+  check_symbol("top_logp", sym::kBs, a.bs);
+  check_symbol("top_logp", sym::kL, a.L);
+  check_symbol("top_logp", sym::kKIn, a.K_in);
   if (a.budget < 0 || a.budget > kMaxBudget)
     fail("budget", std::to_string(a.budget) + " is outside 0.." + std::to_string(kMaxBudget));
+  // contract/tree_build.py _check_values, in its order
   const int64_t n = a.bs * a.L * a.K_in, K = a.K_in;
   const std::vector<int64_t> shape{a.bs, a.L, a.K_in};
   for (int64_t i = 0; i < n; ++i)
@@ -152,8 +155,7 @@ void validate_tree_build(const TreeBuildArgs& a) {
     for (int64_t r = 1; r < K; ++r)
       if (a.top_logp[row * K + r] > a.top_logp[row * K + r - 1])
         fail("top_logp", row_name(row / a.L, row % a.L) + " is not non-increasing at rank " + std::to_string(r));
-  for (int64_t i = 0; i < n; ++i)
-    if (a.top_ids[i] < 0) fail("top_ids", "negative token id at " + tuple_str(unravel(i, shape)));
+  check_non_negative("top_ids", a.top_ids, shape, "token id");
   std::vector<int32_t> sorted(sz(K));
   for (int64_t row = 0; row < a.bs * a.L && K > 1; ++row) {
     std::copy(a.top_ids + row * K, a.top_ids + row * K + K, sorted.begin());
@@ -161,15 +163,16 @@ void validate_tree_build(const TreeBuildArgs& a) {
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
       fail("top_ids", row_name(row / a.L, row % a.L) + " has duplicate token ids");
   }
-  for (int64_t b = 0; b < a.bs; ++b)
-    if (a.root_tokens[b] < 0) fail("root_tokens", "negative token id at " + tuple_str({b}));
-  for (int64_t b = 0; b < a.bs; ++b)
-    if (a.prefix_lens[b] < 0) fail("prefix_lens", "negative length at " + tuple_str({b}));
+  check_non_negative("root_tokens", a.root_tokens, {a.bs}, "token id");
+  check_non_negative("prefix_lens", a.prefix_lens, {a.bs}, "length");
+  const int64_t D = 1 + a.budget;
+  check_context(a.prefix_lens, a.bs, D);
   if (a.with_full_mask) {
-    const int64_t size = full_mask_size(a.prefix_lens, a.bs, 1 + a.budget);
+    const int64_t size = full_mask_size(a.prefix_lens, a.bs, D);
     if (size > kMaxFullMaskBytes)
-      fail("prefix_lens", "the FULL_MASK layout would take " + std::to_string(size) + " bytes, more than the engine's " +
-                              std::to_string(kMaxFullMaskBytes));
+      fail("with_full_mask", "the FULL_MASK layout would take " + std::to_string(size) +
+                                 " bytes (D·(prefix_len + D) per request), more than " +
+                                 std::to_string(kMaxFullMaskBytes) + "; use the visibility bitmask");
   }
 }
 

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "kdtree/bf16.hpp"
+#include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
 #include "kdtree/format.hpp"
+#include "kdtree/paged.hpp"
 #include "kdtree/threads.hpp"
 
 namespace kdtree {
@@ -29,29 +31,15 @@ std::string req_row(int64_t b, int64_t i) { return "request " + std::to_string(b
 
 }  // namespace
 
-void check_paged_rows(int64_t num_pages, int64_t page_size, const int32_t* block_table, int64_t max_pages,
-                      const int32_t* prefix_lens, int64_t bs, int64_t rows) {
-  for (int64_t b = 0; b < bs; ++b) {
-    const int64_t need = (int64_t(prefix_lens[b]) + rows + page_size - 1) / page_size;
-    if (need > max_pages)
-      fail("block_table", "request " + std::to_string(b) + " needs " + std::to_string(need) + " pages for prefix " +
-                              std::to_string(prefix_lens[b]) + " + " + std::to_string(rows) + " rows, the table has " +
-                              std::to_string(max_pages));
-  }
-  for (int64_t b = 0; b < bs; ++b) {
-    const int64_t need = (int64_t(prefix_lens[b]) + rows + page_size - 1) / page_size;
-    for (int64_t j = 0; j < need; ++j) {
-      const int32_t p = block_table[b * max_pages + j];
-      if (p < 0 || p >= num_pages)
-        fail("block_table", "[" + std::to_string(b) + ", " + std::to_string(j) + "] = " + std::to_string(p) +
-                                " is not a page index in 0.." + std::to_string(num_pages - 1));
-    }
-  }
-}
-
 void check_visibility(const char* arg, const uint32_t* vis, int64_t bs, int64_t Q) {
+  // word-based, O(bs * Q * W): bits j <= i ("allowed") and bit i ("own") of row i, as contract/trees.py
   const int64_t W = (Q + 31) / 32;
   auto row = [&](int64_t b, int64_t i) { return vis + (b * Q + i) * W; };
+  auto allowed = [](int64_t i, int64_t w) -> uint32_t {  // bits j <= i within word w
+    const int64_t top = i - 32 * w;
+    return top < 0 ? 0u : top >= 31 ? ~0u : (uint32_t(2) << top) - 1u;
+  };
+  auto own = [](int64_t i, int64_t w) -> uint32_t { return i / 32 == w ? uint32_t(1) << (i % 32) : 0u; };
   if (Q % 32)
     for (int64_t r = 0; r < bs * Q; ++r)
       if (vis[r * W + W - 1] >> (Q % 32)) fail(arg, "bits beyond Q=" + std::to_string(Q) + " are set");
@@ -63,35 +51,42 @@ void check_visibility(const char* arg, const uint32_t* vis, int64_t bs, int64_t 
       if (!bit(row(b, i), 0)) fail(arg, req_row(b, i) + " does not see the root");
   for (int64_t b = 0; b < bs; ++b)
     for (int64_t i = 0; i < Q; ++i)
-      for (int64_t j = i + 1; j < Q; ++j)
-        if (bit(row(b, i), j))
-          fail(arg, req_row(b, i) + " sees a later row " + std::to_string(j) +
+      for (int64_t w = W; w-- > 0;) {  // the highest later row seen, as the contract names it
+        const uint32_t later = row(b, i)[w] & ~allowed(i, w);
+        if (later)
+          fail(arg, req_row(b, i) + " sees a later row " + std::to_string(32 * w + 31 - __builtin_clz(later)) +
                         " (not a tree with parents before children)");
-  for (int64_t i = 1; i < Q; ++i)
-    for (int64_t b = 0; b < bs; ++b) {
-      int64_t parent = i - 1;
-      while (parent > 0 && !bit(row(b, i), parent)) --parent;
-      // row i must equal row parent plus bit i (bits above i are already known to be clear)
-      bool ok = true;
-      for (int64_t j = 0; j < Q && ok; ++j) ok = bit(row(b, i), j) == (j == i || bit(row(b, parent), j));
-      if (!ok) fail(arg, req_row(b, i) + " is not its parent's row plus itself (not an ancestor closure)");
+      }
+  for (int64_t b = 0; b < bs; ++b)
+    for (int64_t i = 1; i < Q; ++i) {
+      int64_t parent = 0;  // the highest other bit of row i (bits above i are clear by now)
+      for (int64_t w = i / 32; w >= 0; --w) {
+        const uint32_t others = row(b, i)[w] & ~own(i, w);
+        if (others) {
+          parent = 32 * w + 31 - __builtin_clz(others);
+          break;
+        }
+      }
+      for (int64_t w = 0; w < W; ++w)
+        if (row(b, i)[w] != (row(b, parent)[w] | own(i, w)))
+          fail(arg, req_row(b, i) + " is not its parent's row plus itself (not an ancestor closure)");
     }
 }
 
 void validate_tree_verify(const TreeVerifyArgs& a) {
-  if (a.bs < 1 || a.bs > kMaxBatch)
-    fail("q", "batch size " + std::to_string(a.bs) + " is outside 1.." + std::to_string(kMaxBatch));
-  if (a.Q < 1 || a.Q > 1 + kMaxBudget)
-    fail("q", "Q=" + std::to_string(a.Q) + " is outside 1.." + std::to_string(1 + kMaxBudget));
-  if (a.H < 1) fail("q", "needs at least one head");
-  if (a.num_pages < 1 || a.page_size < 1)
-    fail("kv_cache", "shape " + tuple_str({a.num_pages, a.page_size, kHeadDim}) + ", expected [num_pages >= 1, " +
-                         "page_size >= 1, " + std::to_string(kHeadDim) + "]");
-  if (!std::isfinite(a.softmax_scale) || a.softmax_scale <= 0)
-    fail("softmax_scale", float_repr(a.softmax_scale) + " must be a finite float > 0");
-  for (int64_t b = 0; b < a.bs; ++b)
-    if (a.prefix_lens[b] < 0) fail("prefix_lens", "negative length at " + tuple_str({b}));
-  check_paged_rows(a.num_pages, a.page_size, a.block_table, a.max_pages, a.prefix_lens, a.bs, a.Q);
+  // the structural limits and the scale, for callers without an op file's structural pass
+  check_symbol("q", sym::kBs, a.bs);
+  check_symbol("q", sym::kQ, a.Q);
+  check_symbol("q", sym::kH, a.H);
+  check_symbol("kv_cache", sym::kNumPages, a.num_pages);
+  check_symbol("kv_cache", sym::kPageSize, a.page_size);
+  check_symbol("block_table", sym::kMaxPages, a.max_pages);
+  check_positive_float32("softmax_scale", a.softmax_scale);
+  // contract/tree_verify.py _check_values, in its order
+  check_cache_shape(a.num_pages, a.page_size);
+  check_non_negative("prefix_lens", a.prefix_lens, {a.bs}, "length");
+  check_context(a.prefix_lens, a.bs, a.Q);
+  check_pages(a.num_pages, a.page_size, a.block_table, a.max_pages, a.prefix_lens, a.bs, a.Q);
   check_visibility("visibility", a.visibility, a.bs, a.Q);
 }
 

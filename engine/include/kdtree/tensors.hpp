@@ -4,11 +4,13 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "kdtr.hpp"
+#include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
 
 namespace kdtree {
@@ -46,8 +48,40 @@ class Reader {
   std::set<std::string> taken_;
 };
 
-// Shape check: InputError "NAME: shape (..), expected (..)".
+// Shape check: InputError "NAME: shape (..), expected (..)" (model and prompt files; the ops use Shapes).
 void expect_shape(const std::string& name, const View& v, const std::vector<int64_t>& want);
+
+// One dimension of an argument's declared shape: a symbol's name ("bs") or a fixed size (576). The
+// constructors are implicit so that a shape reads like the contract's: {"bs", "Q", "H", kHeadDim}.
+struct Dim {
+  Dim(const char* symbol) : sym(symbol) {}
+  Dim(int64_t n) : size(n) {}
+  const char* sym = nullptr;
+  int64_t size = 0;
+};
+
+// The contract's structural pass over an op's array arguments (contract/op.py OpContract._check_array),
+// in argument order: the first array that names a symbol binds it, range-checked and naming that array
+// ("top_logp: depth L=33 is outside 0..32"); later arrays must agree ("top_ids: shape (2, 2, 4),
+// expected (2, 3, 4)").
+class Shapes {
+ public:
+  explicit Shapes(std::vector<Symbol> symbols) : symbols_(std::move(symbols)) {}
+  // r.array(name, codes, rank of dims), then the shape against dims.
+  View array(Reader& r, const std::string& name, std::initializer_list<uint16_t> codes, const std::vector<Dim>& dims);
+  // The shape of v against dims (its rank already checked).
+  void check(const std::string& name, const View& v, const std::vector<Dim>& dims);
+  // Binds a derived symbol (W from Q) without a range check, as the contract's `derived` does.
+  void bind(const std::string& symbol, int64_t n) { dims_[symbol] = n; }
+  bool bound(const std::string& symbol) const { return dims_.count(symbol) != 0; }
+  // A bound symbol's value (std::out_of_range when unbound: a bug, not bad input).
+  int64_t operator[](const std::string& symbol) const { return dims_.at(symbol); }
+
+ private:
+  const Symbol& symbol(const std::string& name) const;
+  std::vector<Symbol> symbols_;
+  std::map<std::string, int64_t> dims_;
+};
 
 // A copy of a view's elements (copying keeps every later access aligned and independent of the file).
 template <class T>

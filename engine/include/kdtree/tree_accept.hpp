@@ -28,9 +28,12 @@ struct TreeAcceptOut {
   int32_t* new_lens = nullptr;     // [bs]
 };
 
-// TA.1 on the values (the caller checked dtypes and shapes): limits, links that form a tree hanging off
-// node 0 (forward links, one incoming link per node, no root sibling), depth <= max_depth, and the
-// commit's paged addressing. Throws InputError naming the argument.
+// TA.1 on the values (the caller checked dtypes, shapes and the commit group), in the contract's order and
+// words (contract/tree_accept.py): the bs/D/max_depth/page limits (again, for a caller without an op
+// file's structural pass), non-negative tokens and target tokens, links that form a tree hanging off node
+// 0 (no root sibling, forward links, one incoming link per node), depth <= max_depth, and for the commit
+// the cache's row count, non-negative prefix lengths within the context limit, the paged addressing of
+// prefix_len + D rows and those rows being distinct physical rows. Throws InputError naming the argument.
 void validate_tree_accept(const TreeAcceptArgs& a);
 
 // The walk of every request (in parallel) and, with a cache, the commit; new_lens as the reference.

@@ -32,12 +32,14 @@ struct TreeBuildOut {
   uint8_t* full_mask = nullptr;     // [full_mask_size(...)] bools; unused unless with_full_mask
 };
 
-// TB.1.2-TB.1.3 on the values (the caller checked dtypes and shapes): batch/depth/K_in/budget limits,
-// no NaN, log-probs <= 0 and non-increasing per row, distinct non-negative ids, non-negative roots and
-// prefix lengths, and a FULL_MASK within the engine's size limit. Throws InputError naming the argument.
+// TB.1.2-TB.1.3 on the values (the caller checked dtypes and shapes), in the contract's order and words
+// (contract/tree_build.py): the bs/L/K_in/budget limits, no NaN, log-probs <= 0 and non-increasing per
+// row, distinct non-negative ids, non-negative roots and prefix lengths, prefix_len + 1 + budget within
+// the context limit, and with_full_mask's layout within kMaxFullMaskBytes. Throws InputError naming the
+// argument.
 void validate_tree_build(const TreeBuildArgs& a);
 
-// Number of bools in the FULL_MASK layout: D * (sum(prefix_lens) + bs * D).
+// Number of bools in the FULL_MASK layout: D * (sum(prefix_lens) + bs * D) (contract.full_mask_bytes).
 int64_t full_mask_size(const int32_t* prefix_lens, int64_t bs, int64_t D);
 
 // Builds every request's tree (inputs must have passed validate_tree_build).

@@ -28,15 +28,14 @@ struct TreeVerifyOut {
   float* lse = nullptr;  // [bs, Q, H]
 };
 
-// TV.1 on the values (the caller checked dtypes and shapes): batch, Q and head limits, the scale,
-// the paged addressing of prefix_len + Q rows, and the visibility being a tree's ancestor closure.
+// TV.1 on the values (the caller checked dtypes and shapes), in the contract's order and words
+// (contract/tree_verify.py): the bs/Q/H/page limits and the scale's float32 value (again, for a caller
+// without an op file's structural pass), the cache's row count, non-negative prefix lengths within the
+// context limit, the paged addressing of prefix_len + Q rows, and the visibility being a tree's ancestor
+// closure.
 void validate_tree_verify(const TreeVerifyArgs& a);
 
-// The paged-addressing check shared with tree_accept's commit (reference.validate.paged_rows).
-void check_paged_rows(int64_t num_pages, int64_t page_size, const int32_t* block_table, int64_t max_pages,
-                      const int32_t* prefix_lens, int64_t bs, int64_t rows);
-
-// The visibility check of TV.1.3 (reference.tree_verify.check_visibility), naming `arg`.
+// The visibility check of TV.1.3 (contract/trees.py check_visibility), naming `arg`; O(bs * Q * W).
 void check_visibility(const char* arg, const uint32_t* visibility, int64_t bs, int64_t Q);
 
 void tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& out, int threads);
