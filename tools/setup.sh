@@ -24,8 +24,9 @@ fi
 
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null
+cmake --install build/kdtr --prefix .venv >/dev/null  # kdtr-inspect on the environment's PATH
 if command -v clang++-14 >/dev/null; then
   cmake -S kdtr -B build/fuzz -DKDTR_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
   cmake --build build/fuzz -j "$(nproc)" --target kdtr-fuzz >/dev/null
 fi
-echo "setup: ok ($(.venv/bin/python --version), $(ls build/kdtr/kdtr-inspect build/fuzz/kdtr-fuzz 2>/dev/null | tr '\n' ' '))"
+echo "setup: ok ($(.venv/bin/python --version), $(ls .venv/bin/kdtr-inspect build/fuzz/kdtr-fuzz 2>/dev/null | tr '\n' ' '))"
