@@ -8,6 +8,7 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v clang++-14 >/dev/null || need+=(clang-14)
+command -v llvm-cov-14 >/dev/null || need+=(llvm-14)  # llvm-cov, llvm-profdata: make kdtr-coverage
 ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
