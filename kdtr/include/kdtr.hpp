@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <fstream>  // no longer used here; kept so code that got it through this header still builds
+#include <map>      // likewise
 #include <stdexcept>
 #include <string>
 #include <utility>
