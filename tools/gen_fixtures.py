@@ -31,6 +31,7 @@ SOURCES = [
     "reference/validate.py",
     "harness/strategies.py",
     "kdtr/format.py",
+    "kdtr/writer.py",
 ]
 
 
