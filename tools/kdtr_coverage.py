@@ -3,8 +3,9 @@
 Runs conformance/test_kdtr*.py (without the timed fuzz and kill runs) once, with the Python reader under
 coverage.py (branch mode) and the C++ tools built with clang source-based coverage, then:
 - Python: kdtr/format.py (the reader) must have every line and both outcomes of every branch covered;
-- C++: every branch condition in kdtr/include/kdtr.hpp (reader, sources, writer checks) must have been
-  seen both true and false (llvm-cov counts each operand of && and || on its own).
+- C++: every function in kdtr/include/kdtr.hpp must have run and every branch condition in it (reader,
+  sources, writer checks) must have been seen both true and false (llvm-cov counts each operand of &&
+  and || on its own; a function that never runs has no branch counts, hence the function rule).
 Both outcomes, not just "the line ran": a check whose failing side never runs can be wrong or
 unreachable without any test noticing. Other kdtr modules are reported, not gated. Prints the numbers,
 writes reports/kdtr-coverage.txt, exits 1 when the gate fails (2 when a tool is missing).
@@ -12,6 +13,7 @@ writes reports/kdtr-coverage.txt, exits 1 when the gate fails (2 when a tool is 
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -103,6 +105,11 @@ def cpp_report() -> tuple[list[str], list[str], list[str], bool]:
         elif t == "0" or f == "0":
             side = "never true" if t == "0" else "never false"
             missing.append(f"kdtr.hpp:{line}:{col} {side}: {lines[line - 1].strip()[:100]}")
+    # a function never called has no branch counts at all: every function must have run as well
+    totals = json.loads(run([LLVM["llvm-cov"], "export", "-summary-only", *common]))["data"][0]["totals"]
+    uncalled = totals["functions"]["count"] - totals["functions"]["covered"]
+    if uncalled:
+        missing.append(f"{uncalled} function(s) of kdtr.hpp never called (llvm-cov report -show-functions)")
     return summary, missing, exempt, not missing and bool(seen)
 
 
@@ -120,7 +127,9 @@ def main() -> int:
     report += ["Python (coverage.py, branch mode):", *py_table, ""]
     report += [f"gate: {GATED_PY} 100% of lines and branch outcomes: {'ok' if py_ok else 'FAILED'}", ""]
     report += ["C++ (clang source-based coverage, llvm-cov):", *cpp_summary, ""]
-    report += [f"gate: every branch of kdtr.hpp seen true and false: {'ok' if cpp_ok else 'FAILED'}"]
+    report += [
+        f"gate: every function of kdtr.hpp run, every branch seen true and false: {'ok' if cpp_ok else 'FAILED'}"
+    ]
     report += [f"  {m}" for m in cpp_missing]
     report += [f"  exempt (one outcome, by design): {m}" for m in cpp_exempt]
     text = "\n".join(report) + "\n"

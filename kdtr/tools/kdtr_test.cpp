@@ -158,6 +158,7 @@ static void writer_limits() {
   expect(g.tensors.size() == 3 && g.tensors[0].data == out.data() + 4096 && g.tensors[1].data == nullptr,
          "tensor views point into the buffer");
   expect(g.meta == f.meta && kdtr::write_canonical(g) == out, "canonical round trip");
+  expect(g.find("a") == &g.tensors[0] && g.find("zz") == nullptr, "File::find");
 }
 
 static void read_failures_and_paths(const std::string& dir) {
