@@ -253,6 +253,8 @@ inline Error fail(Code c, std::string msg, long entry = -1, std::string name = {
   return e;
 }
 
+// Message helpers (detail: not part of the API, and kept out of the way of includers' names).
+namespace detail {
 // printf into a std::string, for messages that carry numbers like the Python reader's f-strings.
 inline std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
 inline std::string fmt(const char* f, ...) {
@@ -266,9 +268,10 @@ inline std::string fmt(const char* f, ...) {
 inline unsigned long long ull(uint64_t x) { return static_cast<unsigned long long>(x); }
 inline std::string hex(const uint8_t* p, size_t n) {
   std::string s;
-  for (size_t i = 0; i < n; ++i) s += fmt("%02x", p[i]);
+  for (size_t i = 0; i < n; ++i) s += detail::fmt("%02x", p[i]);
   return s;
 }
+}  // namespace detail
 
 // ------------------------------------------------------------------------------------------- sources
 // Random-access bytes the reader checks: a buffer in memory or a regular file.
@@ -333,7 +336,7 @@ class FileSource final : public Source {
  private:
   Error errno_error() const {
     const int e = errno;
-    return fail(Code::IO, fmt("%s: %s (errno %d)", path_.c_str(), std::strerror(e), e));
+    return fail(Code::IO, detail::fmt("%s: %s (errno %d)", path_.c_str(), std::strerror(e), e));
   }
   int fd_ = -1;
   uint64_t size_ = 0;
@@ -373,7 +376,7 @@ constexpr NameKind kMetaKey{"key", Code::BAD_META_KEY, Code::DUPLICATE_META_KEY}
 inline Error take_name(const uint8_t* heap, uint64_t& pos, uint64_t S, uint64_t len, const uint8_t*& prev,
                        uint64_t& prevlen, long entry, const NameKind& kind, std::string& out) {
   const std::string what = kind.what;
-  if (len < 1 || len > kMaxName) return fail(Code::LIMIT_EXCEEDED, what + fmt("_len %llu outside 1..256", ull(len)), entry);
+  if (len < 1 || len > kMaxName) return fail(Code::LIMIT_EXCEEDED, what + detail::fmt("_len %llu outside 1..256", detail::ull(len)), entry);
   if (len > S - pos) return fail(Code::INDEX_LAYOUT, what + " runs past the string heap", entry);
   const uint8_t* nb = heap + pos;
   out = sanitize(nb, len);
@@ -398,54 +401,54 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
   out = File{};
   const uint64_t size = src.size();
   // 1
-  if (size < kHeaderSize + kIndexHeader) return fail(Code::TRUNCATED, fmt("file is %llu bytes, shorter than 96", ull(size)));
-  if (size > kHostMaxBytes) return fail(Code::HOST_LIMIT, fmt("file is %llu bytes, more than 2^48", ull(size)));
+  if (size < kHeaderSize + kIndexHeader) return fail(Code::TRUNCATED, detail::fmt("file is %llu bytes, shorter than 96", detail::ull(size)));
+  if (size > kHostMaxBytes) return fail(Code::HOST_LIMIT, detail::fmt("file is %llu bytes, more than 2^48", detail::ull(size)));
   uint8_t h[kHeaderSize];
   if (Error e = src.read(0, h, kHeaderSize)) return e;
   // 2-4
-  if (std::memcmp(h, kMagic, 8) != 0) return fail(Code::BAD_MAGIC, "magic is " + hex(h, 8) + ", expected 894b4454520d0a1a");
+  if (std::memcmp(h, kMagic, 8) != 0) return fail(Code::BAD_MAGIC, "magic is " + detail::hex(h, 8) + ", expected 894b4454520d0a1a");
   const uint32_t tag = rd32(h + 12);
   if (tag != kEndianTag)
-    return fail(Code::BAD_ENDIAN, tag == kEndianSwapped ? "written by a big-endian writer" : fmt("endian tag 0x%08x", tag));
+    return fail(Code::BAD_ENDIAN, tag == kEndianSwapped ? "written by a big-endian writer" : detail::fmt("endian tag 0x%08x", tag));
   const uint32_t hcrc = crc32(h, 60);
   if (opt.check_crc && hcrc != rd32(h + 60))
-    return fail(Code::HEADER_CRC, fmt("header CRC 0x%08x != computed 0x%08x", rd32(h + 60), hcrc));
+    return fail(Code::HEADER_CRC, detail::fmt("header CRC 0x%08x != computed 0x%08x", rd32(h + 60), hcrc));
   // 5-8
-  if (rd16(h + 8) != 1) return fail(Code::UNSUPPORTED_VERSION, fmt("major version %u, this reader knows 1", rd16(h + 8)));
-  if (rd32(h + 16) != 0) return fail(Code::UNSUPPORTED_FEATURE, fmt("incompat_flags 0x%08x", rd32(h + 16)));
+  if (rd16(h + 8) != 1) return fail(Code::UNSUPPORTED_VERSION, detail::fmt("major version %u, this reader knows 1", rd16(h + 8)));
+  if (rd32(h + 16) != 0) return fail(Code::UNSUPPORTED_FEATURE, detail::fmt("incompat_flags 0x%08x", rd32(h + 16)));
   if (!all_zero(h + 25, 7) || !all_zero(h + 52, 8)) return fail(Code::RESERVED_NONZERO, "reserved header bytes are not zero");
   const uint8_t al = h[24];
-  if (al < 6 || al > 12) return fail(Code::BAD_ALIGNMENT, fmt("align_log2 %u outside 6..12", al));
+  if (al < 6 || al > 12) return fail(Code::BAD_ALIGNMENT, detail::fmt("align_log2 %u outside 6..12", al));
   const uint64_t A = 1ull << al;
   out.align_log2 = al;
   // 9-11
   const uint64_t ioff = rd64(h + 32), isize = rd64(h + 40);
   if (ioff == 0) return fail(Code::NOT_FINALIZED, "index_offset is 0 (file was never finalized)");
   if (ioff < A || ioff % A != 0)
-    return fail(Code::INDEX_BOUNDS, fmt("index_offset %llu is not a positive multiple of A=%llu", ull(ioff), ull(A)));
+    return fail(Code::INDEX_BOUNDS, detail::fmt("index_offset %llu is not a positive multiple of A=%llu", detail::ull(ioff), detail::ull(A)));
   if (isize < kIndexHeader || isize > opt.max_index_size)
-    return fail(Code::INDEX_BOUNDS, fmt("index_size %llu outside 32..%llu", ull(isize), ull(opt.max_index_size)));
+    return fail(Code::INDEX_BOUNDS, detail::fmt("index_size %llu outside 32..%llu", detail::ull(isize), detail::ull(opt.max_index_size)));
   uint64_t iend;
   if (!add_ok(ioff, isize, iend)) return fail(Code::FILE_SIZE_MISMATCH, "index_offset + index_size overflows 64 bits");
-  if (iend != size) return fail(Code::FILE_SIZE_MISMATCH, fmt("index ends at %llu, file is %llu bytes", ull(iend), ull(size)));
+  if (iend != size) return fail(Code::FILE_SIZE_MISMATCH, detail::fmt("index ends at %llu, file is %llu bytes", detail::ull(iend), detail::ull(size)));
   // 12: private copy of the index (its size is now bounded by the limit and by the file)
   std::vector<uint8_t> idx;
   try { idx.resize(isize); } catch (...) { return fail(Code::ALLOC, "cannot copy the index"); }
   if (Error e = src.read(ioff, idx.data(), isize)) return e;
   const uint32_t icrc = crc32(idx.data(), isize);
   if (opt.check_crc && icrc != rd32(h + 48))
-    return fail(Code::INDEX_CRC, fmt("index CRC 0x%08x != computed 0x%08x", rd32(h + 48), icrc));
+    return fail(Code::INDEX_CRC, detail::fmt("index CRC 0x%08x != computed 0x%08x", rd32(h + 48), icrc));
   const uint8_t* x = idx.data();
   // 13-15
-  if (std::memcmp(x, "KDIX", 4) != 0) return fail(Code::INDEX_MAGIC, "index magic is " + hex(x, 4) + ", expected 4b444958");
+  if (std::memcmp(x, "KDIX", 4) != 0) return fail(Code::INDEX_MAGIC, "index magic is " + detail::hex(x, 4) + ", expected 4b444958");
   if (!all_zero(x + 12, 4) || !all_zero(x + 24, 8)) return fail(Code::RESERVED_NONZERO, "reserved index header bytes are not zero");
   const uint64_t T = rd32(x + 4), M = rd32(x + 8), S = rd64(x + 16);
   if (T > kMaxTensors || M > kMaxMeta)
-    return fail(Code::LIMIT_EXCEEDED, fmt("tensor_count %llu / meta_count %llu over the limits 262144 / 65536", ull(T), ull(M)));
+    return fail(Code::LIMIT_EXCEEDED, detail::fmt("tensor_count %llu / meta_count %llu over the limits 262144 / 65536", detail::ull(T), detail::ull(M)));
   uint64_t total = kIndexHeader + kEntrySize * T + kMetaEntry * M;  // cannot overflow: T, M bounded
   const uint64_t heap0 = total;
   if (!add_ok(total, S, total) || total != isize)
-    return fail(Code::INDEX_LAYOUT, fmt("32+128*%llu+8*%llu+%llu != index_size %llu", ull(T), ull(M), ull(S), ull(isize)));
+    return fail(Code::INDEX_LAYOUT, detail::fmt("32+128*%llu+8*%llu+%llu != index_size %llu", detail::ull(T), detail::ull(M), detail::ull(S), detail::ull(isize)));
   const uint8_t* heap = x + heap0;
   uint64_t pos = 0;
   try { out.tensors.reserve(T); } catch (...) { return fail(Code::ALLOC, "cannot allocate entries"); }
@@ -461,9 +464,9 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
     t.name = raw;
     t.dtype = rd16(e + 2);
     const uint64_t isz = itemsize(t.dtype);
-    if (isz == 0) return fail(Code::BAD_DTYPE, fmt("unknown dtype code %u", t.dtype), ei, nm);
+    if (isz == 0) return fail(Code::BAD_DTYPE, detail::fmt("unknown dtype code %u", t.dtype), ei, nm);
     t.rank = e[4];
-    if (t.rank > kMaxRank) return fail(Code::BAD_RANK, fmt("rank %u > 8", t.rank), ei, nm);
+    if (t.rank > kMaxRank) return fail(Code::BAD_RANK, detail::fmt("rank %u > 8", t.rank), ei, nm);
     for (size_t d = 0; d < 8; ++d) t.dims[d] = rd64(e + 32 + 8 * d);
     for (size_t d = t.rank; d < 8; ++d) if (t.dims[d]) return fail(Code::BAD_SHAPE, "dims beyond the rank are not zero", ei, nm);
     if (!all_zero(e + 5, 3) || !all_zero(e + 12, 4) || !all_zero(e + 96, 32))
@@ -473,12 +476,12 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
       return fail(Code::SIZE_OVERFLOW, "itemsize x product of the nonzero dims exceeds 2^48", ei, nm);
     t.nbytes = rd64(e + 24);
     t.offset = rd64(e + 16);
-    if (sz != t.nbytes) return fail(Code::SIZE_MISMATCH, fmt("nbytes %llu != dims x itemsize %llu", ull(t.nbytes), ull(sz)), ei, nm);
+    if (sz != t.nbytes) return fail(Code::SIZE_MISMATCH, detail::fmt("nbytes %llu != dims x itemsize %llu", detail::ull(t.nbytes), detail::ull(sz)), ei, nm);
     if ((t.nbytes == 0 && t.offset != 0) || (t.nbytes != 0 && (t.offset % A != 0 || t.offset < A)))
-      return fail(Code::BAD_OFFSET, fmt("offset %llu (nbytes %llu, A=%llu)", ull(t.offset), ull(t.nbytes), ull(A)), ei, nm);
+      return fail(Code::BAD_OFFSET, detail::fmt("offset %llu (nbytes %llu, A=%llu)", detail::ull(t.offset), detail::ull(t.nbytes), detail::ull(A)), ei, nm);
     uint64_t end;
     if (!add_ok(t.offset, t.nbytes, end) || end > ioff)
-      return fail(Code::OUT_OF_BOUNDS, fmt("data at %llu of %llu bytes runs past the index at %llu", ull(t.offset), ull(t.nbytes), ull(ioff)), ei, nm);
+      return fail(Code::OUT_OF_BOUNDS, detail::fmt("data at %llu of %llu bytes runs past the index at %llu", detail::ull(t.offset), detail::ull(t.nbytes), detail::ull(ioff)), ei, nm);
     t.crc = rd32(e + 8);
     const uint8_t* mem = src.memory();
     t.data = mem && t.nbytes ? mem + t.offset : nullptr;
@@ -493,7 +496,7 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
     std::string raw;
     if (Error err = take_name(heap, pos, S, klen, prev, prevlen, ej, kMetaKey, raw)) return err;
     const std::string key = sanitize(raw);
-    if (vlen > kMaxValue) return fail(Code::LIMIT_EXCEEDED, fmt("value_len %llu > 16 MiB", ull(vlen)), ej, key);
+    if (vlen > kMaxValue) return fail(Code::LIMIT_EXCEEDED, detail::fmt("value_len %llu > 16 MiB", detail::ull(vlen)), ej, key);
     if (vlen > S - pos) return fail(Code::INDEX_LAYOUT, "value runs past the string heap", ej, key);
     const uint8_t* vb = heap + pos;
     pos += vlen;
@@ -501,7 +504,7 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
     out.meta.emplace_back(raw, std::string(reinterpret_cast<const char*>(vb), vlen));
   }
   // 27
-  if (pos != S) return fail(Code::INDEX_LAYOUT, fmt("string heap has %llu unreferenced bytes", ull(S - pos)));
+  if (pos != S) return fail(Code::INDEX_LAYOUT, detail::fmt("string heap has %llu unreferenced bytes", detail::ull(S - pos)));
   // 28: coverage, tensors sorted by offset (stable, so ties keep name order as in Python's sorted)
   std::vector<const Tensor*> ord;
   for (const auto& t : out.tensors) if (t.nbytes) ord.push_back(&t);
@@ -509,11 +512,11 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
     for (size_t b = a; b > 0 && ord[b - 1]->offset > ord[b]->offset; --b) std::swap(ord[b - 1], ord[b]);
   uint64_t cur = A;
   for (const Tensor* t : ord) {
-    if (t->offset < cur) return fail(Code::OVERLAP, fmt("data at %llu overlaps bytes before %llu", ull(t->offset), ull(cur)), -1, sanitize(t->name));
-    if (t->offset > cur) return fail(Code::GAP, fmt("gap of %llu bytes before the data", ull(t->offset - cur)), -1, sanitize(t->name));
+    if (t->offset < cur) return fail(Code::OVERLAP, detail::fmt("data at %llu overlaps bytes before %llu", detail::ull(t->offset), detail::ull(cur)), -1, sanitize(t->name));
+    if (t->offset > cur) return fail(Code::GAP, detail::fmt("gap of %llu bytes before the data", detail::ull(t->offset - cur)), -1, sanitize(t->name));
     cur = (t->offset + t->nbytes + A - 1) / A * A;
   }
-  if (cur != ioff) return fail(Code::GAP, fmt("gap of %llu bytes before the index", ull(ioff - cur)));
+  if (cur != ioff) return fail(Code::GAP, detail::fmt("gap of %llu bytes before the index", detail::ull(ioff - cur)));
   // 29: pads are at most A - 1 <= 4095 bytes each, read into a fixed buffer
   uint8_t pad[4096];
   if (Error e = src.read(kHeaderSize, pad, A - kHeaderSize)) return e;
@@ -530,7 +533,7 @@ inline Error open_source(const Source& src, File& out, const Options& opt = {}) 
       uint32_t c = 0;
       if (Error e = for_each_chunk(src, t.offset, t.nbytes, buf, [&](const uint8_t* p, uint64_t k) { c = crc32(p, k, c); }))
         return e;
-      if (c != t.crc) return fail(Code::DATA_CRC, fmt("data CRC 0x%08x != computed 0x%08x", t.crc, c), -1, sanitize(t.name));
+      if (c != t.crc) return fail(Code::DATA_CRC, detail::fmt("data CRC 0x%08x != computed 0x%08x", t.crc, c), -1, sanitize(t.name));
     }
   if (opt.check_bool)
     for (const auto& t : out.tensors) {
@@ -584,11 +587,11 @@ inline Error open_file(const std::string& path, std::vector<uint8_t>& buf, File&
 // Every limit a reader enforces, checked on what the writer is asked to write (FORMAT.md section 2), so
 // the writer only makes files that readers open. Codes are the ones a reader would give the result.
 inline Error check_writable(const File& f) {
-  if (f.align_log2 < 6 || f.align_log2 > 12) return fail(Code::BAD_ALIGNMENT, fmt("align_log2 %u outside 6..12", f.align_log2));
+  if (f.align_log2 < 6 || f.align_log2 > 12) return fail(Code::BAD_ALIGNMENT, detail::fmt("align_log2 %u outside 6..12", f.align_log2));
   const uint64_t A = 1ull << f.align_log2;
   const uint64_t T = f.tensors.size(), M = f.meta.size();
   if (T > kMaxTensors || M > kMaxMeta)
-    return fail(Code::LIMIT_EXCEEDED, fmt("tensor_count %llu / meta_count %llu over the limits 262144 / 65536", ull(T), ull(M)));
+    return fail(Code::LIMIT_EXCEEDED, detail::fmt("tensor_count %llu / meta_count %llu over the limits 262144 / 65536", detail::ull(T), detail::ull(M)));
   uint64_t S = 0, data_end = A;
   for (uint64_t i = 0; i < T; ++i) {
     const Tensor& t = f.tensors[i];
@@ -596,18 +599,18 @@ inline Error check_writable(const File& f) {
     const auto* nb = reinterpret_cast<const uint8_t*>(t.name.data());
     const std::string nm = sanitize(nb, t.name.size());
     if (t.name.empty() || t.name.size() > kMaxName)
-      return fail(Code::LIMIT_EXCEEDED, fmt("name_len %llu outside 1..256", ull(t.name.size())), ei, nm);
+      return fail(Code::LIMIT_EXCEEDED, detail::fmt("name_len %llu outside 1..256", detail::ull(t.name.size())), ei, nm);
     if (!valid_name(nb, t.name.size())) return fail(Code::BAD_NAME, "name has bytes outside 0x21..0x7E", ei, nm);
     if (i > 0 && t.name == f.tensors[i - 1].name) return fail(Code::DUPLICATE_NAME, "name repeats the previous entry", ei, nm);
     if (i > 0 && t.name < f.tensors[i - 1].name) return fail(Code::UNSORTED, "names are not in ascending byte order", ei, nm);
     const uint64_t isz = itemsize(t.dtype);
-    if (isz == 0) return fail(Code::BAD_DTYPE, fmt("unknown dtype code %u", t.dtype), ei, nm);
-    if (t.rank > kMaxRank) return fail(Code::BAD_RANK, fmt("rank %u > 8", t.rank), ei, nm);
+    if (isz == 0) return fail(Code::BAD_DTYPE, detail::fmt("unknown dtype code %u", t.dtype), ei, nm);
+    if (t.rank > kMaxRank) return fail(Code::BAD_RANK, detail::fmt("rank %u > 8", t.rank), ei, nm);
     for (size_t d = t.rank; d < 8; ++d) if (t.dims[d]) return fail(Code::BAD_SHAPE, "dims beyond the rank are not zero", ei, nm);
     uint64_t sz = 0;
     if (!shape_size(isz, t.dims.data(), t.rank, sz))
       return fail(Code::SIZE_OVERFLOW, "itemsize x product of the nonzero dims exceeds 2^48", ei, nm);
-    if (sz != t.nbytes) return fail(Code::SIZE_MISMATCH, fmt("nbytes %llu != dims x itemsize %llu", ull(t.nbytes), ull(sz)), ei, nm);
+    if (sz != t.nbytes) return fail(Code::SIZE_MISMATCH, detail::fmt("nbytes %llu != dims x itemsize %llu", detail::ull(t.nbytes), detail::ull(sz)), ei, nm);
     if (t.nbytes && !t.data) return fail(Code::IO, "tensor has no data in memory", ei, nm);
     S += t.name.size();
     data_end += (t.nbytes + A - 1) / A * A;  // each term <= 2^48 + A and T <= 2^18: no overflow
@@ -618,19 +621,19 @@ inline Error check_writable(const File& f) {
     const auto* kb = reinterpret_cast<const uint8_t*>(kv.first.data());
     const std::string key = sanitize(kb, kv.first.size());
     if (kv.first.empty() || kv.first.size() > kMaxName)
-      return fail(Code::LIMIT_EXCEEDED, fmt("key_len %llu outside 1..256", ull(kv.first.size())), ej, key);
+      return fail(Code::LIMIT_EXCEEDED, detail::fmt("key_len %llu outside 1..256", detail::ull(kv.first.size())), ej, key);
     if (!valid_name(kb, kv.first.size())) return fail(Code::BAD_META_KEY, "key has bytes outside 0x21..0x7E", ej, key);
     if (j > 0 && kv.first == f.meta[j - 1].first) return fail(Code::DUPLICATE_META_KEY, "key repeats the previous entry", ej, key);
     if (j > 0 && kv.first < f.meta[j - 1].first) return fail(Code::UNSORTED, "keys are not in ascending byte order", ej, key);
-    if (kv.second.size() > kMaxValue) return fail(Code::LIMIT_EXCEEDED, fmt("value_len %llu > 16 MiB", ull(kv.second.size())), ej, key);
+    if (kv.second.size() > kMaxValue) return fail(Code::LIMIT_EXCEEDED, detail::fmt("value_len %llu > 16 MiB", detail::ull(kv.second.size())), ej, key);
     if (!strict_utf8(reinterpret_cast<const uint8_t*>(kv.second.data()), kv.second.size()))
       return fail(Code::BAD_UTF8, "value is not strict UTF-8 without NUL", ej, key);
     S += kv.first.size() + kv.second.size();
   }
   const uint64_t isize = kIndexHeader + kEntrySize * T + kMetaEntry * M + S;  // bounded by the counts above
-  if (isize > kMaxIndex) return fail(Code::INDEX_BOUNDS, fmt("index_size %llu outside 32..%llu", ull(isize), ull(kMaxIndex)));
+  if (isize > kMaxIndex) return fail(Code::INDEX_BOUNDS, detail::fmt("index_size %llu outside 32..%llu", detail::ull(isize), detail::ull(kMaxIndex)));
   if (data_end + isize > kMaxBytes)
-    return fail(Code::HOST_LIMIT, fmt("file is %llu bytes, more than 2^48", ull(data_end + isize)));
+    return fail(Code::HOST_LIMIT, detail::fmt("file is %llu bytes, more than 2^48", detail::ull(data_end + isize)));
   return {};
 }
 

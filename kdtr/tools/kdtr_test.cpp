@@ -249,7 +249,7 @@ static void crc_and_utf8() {
   };
   for (const U& u : cases)
     expect(kdtr::strict_utf8(reinterpret_cast<const uint8_t*>(u.bytes), u.n) == u.ok,
-           "strict_utf8 of " + kdtr::hex(reinterpret_cast<const uint8_t*>(u.bytes), u.n));
+           "strict_utf8 of " + kdtr::detail::hex(reinterpret_cast<const uint8_t*>(u.bytes), u.n));
 }
 
 int main(int argc, char** argv) {
