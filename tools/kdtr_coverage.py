@@ -59,7 +59,7 @@ def run_tests() -> None:
     tests = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "conformance").glob("test_kdtr*.py"))
     cmd = [sys.executable, "-m", "coverage", "run", "--branch", "--source=kdtr", f"--data-file={OUT / '.coverage'}"]
     cmd += ["-m", "pytest", *tests, "-m", "not slow", "-p", "no:xdist", "-q", "-p", "no:cacheprovider"]
-    cmd += ["--hypothesis-seed=0", "--durations=5"]
+    cmd += ["--hypothesis-seed=0", "--durations=5", "--report-dir", str(OUT / "report")]  # keep the suite's own report
     out = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
     if out.returncode != 0:
         sys.exit(f"kdtr-coverage: the KDTR tests failed under coverage:\n{out.stdout[-4000:]}{out.stderr[-2000:]}")
