@@ -2,7 +2,7 @@
 PYTEST = .venv/bin/python -m pytest
 JOBS ?= auto
 
-.PHONY: setup conformance test perf bench-report lint format corpus fixtures limits clean
+.PHONY: setup conformance test perf bench-report lint format corpus fixtures limits clean kdtr-coverage
 setup:
 	@tools/setup.sh
 
@@ -11,9 +11,15 @@ conformance: setup
 	$(PYTEST) conformance -n $(JOBS) $(ARGS)
 
 # The whole test suite, as CI runs it: meta tests, conformance, compile-only kernel checks, perf smoke,
-# the libFuzzer smoke run. Any failing or missing tool is an error (KDTR_REQUIRE_TOOLS=1).
+# the fuzz smoke runs, then the KDTR reader branch-coverage gate. Any failing or missing tool is an error
+# (KDTR_REQUIRE_TOOLS=1).
 test: setup
 	KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
+	.venv/bin/python tools/kdtr_coverage.py
+
+# Both outcomes of every branch of both KDTR readers under the KDTR tests (reports/kdtr-coverage.txt).
+kdtr-coverage: setup
+	.venv/bin/python tools/kdtr_coverage.py
 
 # Benchmarks: no xdist (pytest-benchmark turns itself off under it); without a GPU only the CPU cases run.
 # On a GPU, ARGS="--perf-stage build" etc. keeps each run within 10 minutes (README, Benchmarks).

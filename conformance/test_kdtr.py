@@ -34,6 +34,7 @@ CLAUSE_OF = {
     **{c: "KDTR.3.4" for c in range(16, 26)},
     **{c: "KDTR.3.5" for c in range(26, 29)},
     **{c: "KDTR.3.6" for c in range(29, 32)},
+    32: "KDTR.3.8",
     33: "KDTR.3.7",
     34: "KDTR.3.7",
 }
@@ -129,7 +130,8 @@ while True:
 """
 
 
-@pytest.mark.spec("KDTR.2.2")
+@pytest.mark.slow
+@pytest.mark.spec("KDTR.2.2", "KDTR.2.4")
 @pytest.mark.parametrize("reader", ["python"])
 def test_publish_survives_kill_mid_write(reader, tmp_path):
     """SIGKILL a writer that keeps republishing a 16 MiB file: the path always holds a whole valid file."""
@@ -149,6 +151,8 @@ def test_publish_survives_kill_mid_write(reader, tmp_path):
     assert seen <= {0, 1}, "a published file was lost"
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "pub.kdtr"]
     assert all(n.startswith(".kdtr-") for n in leftovers)  # only the killed temp files, never the target
+    kdtr.save(path, {"tag": np.array([9], np.int32)})  # the next publish removes the dead writers' temps
+    assert [p.name for p in tmp_path.iterdir()] == ["pub.kdtr"]
 
 
 @pytest.mark.spec("KDTR.2.2")
@@ -207,6 +211,16 @@ def test_missing_tensor_name_is_not_found(reader):
     with pytest.raises(kdtr.KdtrError) as e:
         f["nope"]
     assert e.value.code == kdtr.Code.NOT_FOUND and "nope" in str(e.value)
+    assert "a" in f and "nope" not in f and f.infos["a"].dtype_name == "F32"
+
+
+@pytest.mark.spec("KDTR.3.7")
+@pytest.mark.parametrize("reader", ["python"])
+def test_bool_check_is_skipped_only_when_asked(reader):
+    p = CORPUS / "invalid" / "E34_bad_bool.kdtr"
+    assert kdtr.load(p, check_bool=False)["b"].dtype == np.bool_
+    with pytest.raises(kdtr.KdtrError):
+        kdtr.load(p)
 
 
 # --- KDTR.4 Robustness -------------------------------------------------------------------------------------
@@ -286,39 +300,53 @@ def test_readers_agree_on_mutated_files(request, reader, tmp_path_factory, data)
     assert comparable(tools.inspect(p)) == comparable(describe(data))
 
 
-@pytest.mark.slow
-@pytest.mark.spec("KDTR.4.1")
-@pytest.mark.parametrize("reader", ["cpp"])
-def test_libfuzzer_smoke(request, reader, tmp_path):
-    """libFuzzer + ASan/UBSan over the C++ reader, seeded with the corpus; any crash or abort fails."""
-    try:
-        fuzz = tools.binary("kdtr-fuzz")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+def _fuzz(request, cmd: list[str], tmp_path) -> None:
+    """Run a libFuzzer-style target for KDTR_FUZZ_SECONDS (default 60) seeded with the corpus; any crash,
+    abort or escaped exception fails, and the run's stats go into the report."""
     seconds = int(os.environ.get("KDTR_FUZZ_SECONDS", "60"))
     seeds = tmp_path / "corpus"
     seeds.mkdir()
     for p in CORPUS.rglob("*.kdtr"):
         (seeds / p.name).write_bytes(p.read_bytes())
-    out = subprocess.run(
-        [
-            str(fuzz),
-            str(seeds),
-            f"-max_total_time={seconds}",
-            "-use_value_profile=1",
-            f"-dict={ROOT / 'kdtr' / 'tools' / 'kdtr.dict'}",
-            "-max_len=4096",
-            f"-artifact_prefix={tmp_path}/",
-            "-print_final_stats=1",
-            *tools.fuzz_memory_flags(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 120,
-    )
+    flags = [
+        str(seeds),
+        f"-max_total_time={seconds}",
+        f"-dict={ROOT / 'kdtr' / 'tools' / 'kdtr.dict'}",
+        "-max_len=4096",
+        f"-artifact_prefix={tmp_path}/",
+        "-print_final_stats=1",
+        *tools.fuzz_memory_flags(),
+    ]
+    out = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=seconds + 120, cwd=tmp_path)
     stats = [
         ln for ln in out.stderr.splitlines() if ln.startswith(("stat::number_of_executed_units", "stat::peak_rss"))
     ]
     request.node.user_properties.append(("fuzz", {"seconds": seconds, "stats": stats}))
     print("\n".join(stats))
     assert out.returncode == 0, out.stderr[-4000:]
+    assert stats, "the fuzzer printed no stats: it did not run"
+
+
+@pytest.mark.slow
+@pytest.mark.spec("KDTR.4.1", "KDTR.4.2")
+@pytest.mark.parametrize("reader", ["cpp"])
+def test_libfuzzer_smoke(request, reader, tmp_path):
+    """libFuzzer + ASan/UBSan over the C++ reader with every check on (CRCs fixed up by the target's
+    mutator) and the canonical round-trip check compiled in."""
+    try:
+        fuzz = tools.binary("kdtr-fuzz")
+    except tools.ToolMissing as e:
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    _fuzz(request, [str(fuzz), "-use_value_profile=1"], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.spec("KDTR.4.1", "KDTR.4.2")
+@pytest.mark.parametrize("reader", ["python"])
+def test_atheris_smoke(request, reader, tmp_path):
+    """atheris over the Python reader (tools/fuzz_kdtr.py), the same properties as the C++ target."""
+    try:
+        import atheris  # noqa: F401
+    except ImportError as e:
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(f"atheris: {e}")
+    _fuzz(request, [sys.executable, str(ROOT / "tools" / "fuzz_kdtr.py")], tmp_path)

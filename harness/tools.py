@@ -12,6 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", ROOT / "build"))
 BINARIES = {
     "kdtr-inspect": BUILD / "kdtr" / "kdtr-inspect",
+    "kdtr-test": BUILD / "kdtr" / "kdtr-test",
     "kdtr-fuzz": BUILD / "fuzz" / "kdtr-fuzz",
     "kdtree-engine": BUILD / "engine" / "kdtree-engine",
     "kdtree-engine-fuzz": BUILD / "engine-fuzz" / "kdtree-engine-fuzz",
@@ -24,6 +25,7 @@ class ToolMissing(Exception):
 
 
 def binary(name: str) -> pathlib.Path:
+    """The built executable `name`, or ToolMissing saying how to build it."""
     p = BINARIES[name]
     if not p.is_file() or not os.access(p, os.X_OK):
         where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p

@@ -8,11 +8,24 @@ from .errors import KdtrError
 from .format import DTYPES, loads
 
 
+def error_dict(e: KdtrError) -> dict:
+    """A rejection as kdtr-inspect prints it: code, entry (None for file-level checks), name, message."""
+    return {
+        "ok": False,
+        "code": e.code.tag,
+        "entry": e.entry,
+        "name": e.name or "",
+        "message": e.message,
+        "error": str(e),
+    }
+
+
 def describe(buf, *, verify: bool = True) -> dict:
+    """Validate `buf` with the Python reader and describe it as kdtr-inspect does."""
     try:
         f = loads(buf, verify_data=verify)
     except KdtrError as e:
-        return {"ok": False, "code": e.code.tag}
+        return error_dict(e)
     mv = memoryview(buf)
     return {
         "ok": True,
@@ -34,7 +47,7 @@ def describe(buf, *, verify: bool = True) -> dict:
 
 
 def comparable(d: dict) -> dict:
-    """What must agree between readers: verdict and code, or the full content."""
+    """What must agree between readers: the whole rejection (code, entry, name, message), or the content."""
     if not d["ok"]:
-        return {"ok": False, "code": d["code"]}
+        return {k: d[k] for k in ("ok", "code", "entry", "name", "message", "error")}
     return {k: d[k] for k in ("ok", "align_log2", "tensors", "metadata")}

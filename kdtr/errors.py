@@ -50,20 +50,31 @@ class Code(enum.IntEnum):
         return f"E{self.value:02d}"
 
 
+def sanitize(b: bytes) -> str:
+    """A name as messages show it: bytes 0x21..0x7E except '"' and '\\' as they are, anything else as \\xNN.
+
+    The C++ reader (kdtr::sanitize) uses the same rule, so both readers print the same text; at most the
+    first 256 bytes are shown.
+    """
+    return "".join(chr(c) if 0x21 <= c <= 0x7E and c not in (0x22, 0x5C) else f"\\x{c:02x}" for c in b[:256])
+
+
 class KdtrError(Exception):
-    """The only exception a KDTR reader lets escape for bad input.
+    """The only exception a KDTR reader (and, for what it cannot write, the writer) lets escape.
 
     `code` is stable across versions and across the Python and C++ readers; `entry` is the index of the
-    tensor (or metadata) entry that failed, or None for file-level checks; `name` is the sanitized name.
+    tensor (or metadata) entry that failed, or None for file-level checks; `name` is the sanitized name;
+    `message` the text after the colon. str() is the same text as the C++ `Error::what()`.
     """
 
     def __init__(self, code: Code, message: str, *, entry: int | None = None, name: str | None = None):
         self.code = Code(code)
         self.entry = entry
         self.name = name
+        self.message = message
         where = ""
         if entry is not None:
             where += f" entry {entry}"
-        if name is not None:
-            where += f" {name!r}"
+        if name:
+            where += f' "{name}"'
         super().__init__(f"KDTR {self.code.tag} {self.code.name}{where}: {message}")

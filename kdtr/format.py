@@ -1,24 +1,23 @@
-"""KDTR v1 reader and canonical writer (normative text: kdtr/FORMAT.md).
+"""KDTR v1 reader and the format's constants (normative text: kdtr/FORMAT.md).
 
-The reader runs the checks of FORMAT.md §3 in exactly the listed order, with the same codes as the C++
-reader in kdtr/include/kdtr.hpp, so that both reject a given file with the same code. All size
-arithmetic is done on Python ints compared against 2**64 and 2**48 explicitly, mirroring the C++
-checked u64 arithmetic. Tensor payloads are returned as read-only zero-copy numpy views.
+The reader runs the checks of FORMAT.md §3 in exactly the listed order, with the same codes and messages
+as the C++ reader in kdtr/include/kdtr.hpp, so that both reject a given file alike. All size arithmetic
+is done on Python ints compared against 2**64 and 2**48 explicitly, mirroring the C++ checked u64
+arithmetic. Tensor payloads are returned as read-only zero-copy numpy views. The writer is
+kdtr/writer.py, publishing a file kdtr/publish.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import mmap
 import os
-import struct
+import stat
 import zlib
-from collections.abc import Mapping
 
 import numpy as np
 
-from .errors import Code, KdtrError
+from .errors import Code, KdtrError, sanitize
 
 MAGIC = b"\x89KDTR\r\n\x1a"
 INDEX_MAGIC = b"KDIX"
@@ -80,121 +79,43 @@ def dtype_code(dt: np.dtype) -> int:
 
 
 def numpy_dtype(code: int) -> np.dtype:
+    """The numpy dtype a tensor of KDTR dtype `code` is read as."""
     _name, size, npdt = DTYPES[code]
     return npdt if npdt is not None else _RAW[size]
 
 
 def align_up(x: int, a: int) -> int:
+    """x rounded up to a multiple of a."""
     return (x + a - 1) // a * a
 
 
+_NAME_BYTES = bytes(range(0x21, 0x7F))
+
+
 def valid_name(b: bytes) -> bool:
-    return 1 <= len(b) <= MAX_NAME and all(0x21 <= c <= 0x7E for c in b)
+    """A tensor name or metadata key: 1..256 bytes in 0x21..0x7E."""
+    return 1 <= len(b) <= MAX_NAME and not b.translate(None, _NAME_BYTES)  # deletes the allowed bytes
 
 
-# ------------------------------------------------------------------------------------------- writer
-def dumps(
-    tensors: Mapping[str, np.ndarray],
-    metadata: Mapping[str, str] | None = None,
-    *,
-    align_log2: int = DEFAULT_ALIGN_LOG2,
-) -> bytes:
-    """Canonical KDTR bytes: data in name order, every pad and reserved byte zero, no timestamps.
-
-    The same arrays and metadata always give the same bytes, whatever the insertion order.
-    """
-    metadata = dict(metadata or {})
-    if not 6 <= align_log2 <= 12:
-        raise ValueError(f"align_log2={align_log2} is outside 6..12")
-    A = 1 << align_log2
-    names = sorted(tensors, key=lambda n: n.encode("ascii", "replace"))
-    for n in names:
-        if not isinstance(n, str) or not valid_name(n.encode("ascii", "replace")) or not n.isascii():
-            raise ValueError(f"tensor name {n!r}: must be 1..256 printable ASCII characters without space")
-    keys = sorted(metadata, key=lambda k: k.encode("ascii", "replace"))
-    for k in keys:
-        if not isinstance(k, str) or not k.isascii() or not valid_name(k.encode()):
-            raise ValueError(f"metadata key {k!r}: must be 1..256 printable ASCII characters without space")
-        v = metadata[k]
-        if not isinstance(v, str) or "\x00" in v or len(v.encode("utf-8", "strict")) > MAX_VALUE:
-            raise ValueError(f"metadata value for {k!r}: must be a str without NUL, at most 16 MiB as UTF-8")
-    if len(names) > MAX_TENSORS or len(keys) > MAX_META:
-        raise ValueError("too many tensors or metadata entries for KDTR v1")
-
-    out = bytearray(A)  # header placeholder + zero pad up to A
-    entries = []
-    for n in names:
-        arr = np.asarray(tensors[n])
-        code = dtype_code(arr.dtype)
-        if arr.ndim > MAX_RANK:
-            raise ValueError(f"tensor {n!r}: rank {arr.ndim} > {MAX_RANK}")
-        data = np.ascontiguousarray(arr, dtype=numpy_dtype(code)).tobytes()
-        if len(data) == 0:
-            offset = 0
-        else:
-            offset = len(out)
-            out += data
-            out += bytes(align_up(len(out), A) - len(out))
-        entries.append((n.encode(), code, arr.shape, offset, len(data), zlib.crc32(data)))
-    index_offset = len(out)
-
-    heap = b"".join(e[0] for e in entries)
-    meta_entries = b""
-    for k in keys:
-        kb, vb = k.encode(), metadata[k].encode("utf-8")
-        meta_entries += struct.pack("<II", len(kb), len(vb))
-        heap += kb + vb
-    idx = bytearray(struct.pack("<4sIIIQQ", INDEX_MAGIC, len(entries), len(keys), 0, len(heap), 0))
-    for nb, code, shape, offset, nbytes, crc in entries:
-        dims = list(shape) + [0] * (MAX_RANK - len(shape))
-        idx += struct.pack("<HHB3xI4xQQ8Q32x", len(nb), code, len(shape), crc, offset, nbytes, *dims)
-    idx += meta_entries + heap
-    out += idx
-    hdr = struct.pack(
-        "<8sHHIIIB7xQQI8x", MAGIC, 1, 0, ENDIAN_TAG, 0, 0, align_log2, index_offset, len(idx), zlib.crc32(idx)
-    )
-    hdr += struct.pack("<I", zlib.crc32(hdr))
-    out[:HEADER_SIZE] = hdr
-    return bytes(out)
+def shape_size(itemsize: int, dims) -> int | None:
+    """FORMAT.md check 21: the tensor's byte size, or None when itemsize times the product of the nonzero
+    dims exceeds 2^48. Bounding the zero-dim case too keeps every accepted shape representable as an
+    array (numpy refuses [2^40, 2^40, 0] of float32)."""
+    p = itemsize
+    for d in dims:
+        if d:
+            p *= d
+            if p > MAX_BYTES:
+                return None
+    return 0 if 0 in dims else p
 
 
-def save(
-    path: str | os.PathLike,
-    tensors: Mapping[str, np.ndarray],
-    metadata: Mapping[str, str] | None = None,
-    *,
-    align_log2: int = DEFAULT_ALIGN_LOG2,
-    _before_publish=None,
-) -> None:
-    """Publish atomically: temp file in the same folder, fsync, rename, fsync the folder.
-
-    A crash at any point leaves the old file or the new one at `path`, never a torn one; an existing
-    file is never modified in place (readers holding an mmap of it keep valid pages).
-    `_before_publish` is a test hook called after the temp file is durable and before the rename.
-    """
-    data = dumps(tensors, metadata, align_log2=align_log2)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=".kdtr-", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if _before_publish is not None:
-            _before_publish(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+def check_file_size(fsize: int) -> None:
+    """FORMAT.md check 1, on the size alone (a path is checked before it is mapped)."""
+    if fsize < HEADER_SIZE + INDEX_HEADER_SIZE:
+        raise KdtrError(Code.TRUNCATED, f"file is {fsize} bytes, shorter than 96")
+    if fsize > MAX_BYTES:
+        raise KdtrError(Code.HOST_LIMIT, f"file is {fsize} bytes, more than 2^48")
 
 
 # ------------------------------------------------------------------------------------------- reader
@@ -209,6 +130,7 @@ class TensorInfo:
 
     @property
     def dtype_name(self) -> str:
+        """The KDTR dtype name ("F32")."""
         return DTYPES[self.dtype_code][0]
 
 
@@ -225,9 +147,10 @@ class KdtrFile:
         return name in self.infos
 
     def __getitem__(self, name: str) -> np.ndarray:
+        """The tensor `name` as a read-only array (a view over the file for non-empty tensors)."""
         info = self.infos.get(name)
         if info is None:
-            raise KdtrError(Code.NOT_FOUND, "no tensor of that name", name=name)
+            raise KdtrError(Code.NOT_FOUND, "no tensor of that name", name=sanitize(str(name).encode()))
         dt = numpy_dtype(info.dtype_code)
         if info.nbytes == 0:
             a = np.zeros(info.shape, dt)
@@ -237,6 +160,7 @@ class KdtrFile:
         return a.reshape(info.shape)
 
     def tensors(self) -> dict[str, np.ndarray]:
+        """Every tensor, in name order."""
         return {n: self[n] for n in self.infos}
 
 
@@ -267,13 +191,11 @@ def _take_name(idx: bytes, heap0: int, pos: int, S: int, length: int, prev: byte
         raise KdtrError(Code.INDEX_LAYOUT, f"{what} runs past the string heap", entry=entry)
     nb = idx[heap0 + pos : heap0 + pos + length]
     if not valid_name(nb):
-        raise KdtrError(
-            bad, f"{what} has bytes outside 0x21..0x7E", entry=entry, name=nb.decode("ascii", "backslashreplace")
-        )
+        raise KdtrError(bad, f"{what} has bytes outside 0x21..0x7E", entry=entry, name=sanitize(nb))
     if prev is not None and nb == prev:
-        raise KdtrError(dup, f"{what} repeats the previous entry", entry=entry, name=nb.decode("ascii"))
+        raise KdtrError(dup, f"{what} repeats the previous entry", entry=entry, name=sanitize(nb))
     if prev is not None and nb < prev:
-        raise KdtrError(Code.UNSORTED, f"{what}s are not in ascending byte order", entry=entry, name=nb.decode("ascii"))
+        raise KdtrError(Code.UNSORTED, f"{what}s are not in ascending byte order", entry=entry, name=sanitize(nb))
     return nb, pos + length
 
 
@@ -290,10 +212,7 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     view = memoryview(buf).cast("B") if not isinstance(buf, mmap.mmap) else buf
     fsize = len(view)
     # 1
-    if fsize < HEADER_SIZE + INDEX_HEADER_SIZE:
-        raise KdtrError(Code.TRUNCATED, f"file is {fsize} bytes, shorter than 96")
-    if fsize > MAX_BYTES:
-        raise KdtrError(Code.HOST_LIMIT, f"file is {fsize} bytes, more than 2^48")
+    check_file_size(fsize)
     h = bytes(view[:HEADER_SIZE])
     # 2-4
     if h[:8] != MAGIC:
@@ -319,9 +238,13 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     index_offset, index_size = _u64(h, 32), _u64(h, 40)
     if index_offset == 0:
         raise KdtrError(Code.NOT_FINALIZED, "index_offset is 0 (file was never finalized)")
-    if index_offset < A or index_offset % A or not INDEX_HEADER_SIZE <= index_size <= max_index_size:
-        raise KdtrError(Code.INDEX_BOUNDS, f"index at {index_offset} size {index_size} (A={A})")
-    if index_offset + index_size >= U64 or index_offset + index_size != fsize:
+    if index_offset < A or index_offset % A:
+        raise KdtrError(Code.INDEX_BOUNDS, f"index_offset {index_offset} is not a positive multiple of A={A}")
+    if not INDEX_HEADER_SIZE <= index_size <= max_index_size:
+        raise KdtrError(Code.INDEX_BOUNDS, f"index_size {index_size} outside 32..{max_index_size}")
+    if index_offset + index_size >= U64:
+        raise KdtrError(Code.FILE_SIZE_MISMATCH, "index_offset + index_size overflows 64 bits")
+    if index_offset + index_size != fsize:
         raise KdtrError(Code.FILE_SIZE_MISMATCH, f"index ends at {index_offset + index_size}, file is {fsize} bytes")
     # 12: private copy of the index, validated from here on (no double fetch from the mapping)
     idx = bytes(view[index_offset : index_offset + index_size])
@@ -329,12 +252,14 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
         raise KdtrError(Code.INDEX_CRC, f"index CRC 0x{_u32(h, 48):08x} != computed 0x{zlib.crc32(idx):08x}")
     # 13-15
     if idx[:4] != INDEX_MAGIC:
-        raise KdtrError(Code.INDEX_MAGIC, f"index magic {idx[:4]!r}")
+        raise KdtrError(Code.INDEX_MAGIC, f"index magic is {idx[:4].hex()}, expected {INDEX_MAGIC.hex()}")
     if any(idx[12:16]) or any(idx[24:32]):
         raise KdtrError(Code.RESERVED_NONZERO, "reserved index header bytes are not zero")
     T, M, S = _u32(idx, 4), _u32(idx, 8), _u64(idx, 16)
     if T > MAX_TENSORS or M > MAX_META:
-        raise KdtrError(Code.LIMIT_EXCEEDED, f"{T} tensors / {M} metadata entries over the limits")
+        raise KdtrError(
+            Code.LIMIT_EXCEEDED, f"tensor_count {T} / meta_count {M} over the limits {MAX_TENSORS} / {MAX_META}"
+        )
     total = INDEX_HEADER_SIZE + ENTRY_SIZE * T + META_ENTRY_SIZE * M + S
     if total >= U64 or total != index_size:
         raise KdtrError(Code.INDEX_LAYOUT, f"32+128*{T}+8*{M}+{S} != index_size {index_size}")
@@ -348,36 +273,34 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
         nb, pos = _take_name(idx, heap0, pos, S, _u16(e, 0), prev, i, _TENSOR_NAME)
         prev = nb
         name = nb.decode("ascii")
+        shown = sanitize(nb)
         code = _u16(e, 2)
         if code not in DTYPES:
-            raise KdtrError(Code.BAD_DTYPE, f"dtype code {code}", entry=i, name=name)
+            raise KdtrError(Code.BAD_DTYPE, f"unknown dtype code {code}", entry=i, name=shown)
         rank = e[4]
         if rank > MAX_RANK:
-            raise KdtrError(Code.BAD_RANK, f"rank {rank} > 8", entry=i, name=name)
+            raise KdtrError(Code.BAD_RANK, f"rank {rank} > 8", entry=i, name=shown)
         dims = [_u64(e, 32 + 8 * d) for d in range(MAX_RANK)]
         if any(dims[rank:]):
-            raise KdtrError(Code.BAD_SHAPE, "dims beyond the rank are not zero", entry=i, name=name)
+            raise KdtrError(Code.BAD_SHAPE, "dims beyond the rank are not zero", entry=i, name=shown)
         if any(e[5:8]) or any(e[12:16]) or any(e[96:128]):
-            raise KdtrError(Code.RESERVED_NONZERO, "reserved entry bytes are not zero", entry=i, name=name)
-        itemsize = DTYPES[code][1]
-        size = itemsize
-        if 0 in dims[:rank]:
-            size = 0
-        for d in dims[:rank]:
-            if d > MAX_BYTES:
-                raise KdtrError(Code.SIZE_OVERFLOW, f"dim {d} > 2^48", entry=i, name=name)
-            if size:
-                size *= d
-                if size > MAX_BYTES:
-                    raise KdtrError(Code.SIZE_OVERFLOW, "size product exceeds 2^48", entry=i, name=name)
+            raise KdtrError(Code.RESERVED_NONZERO, "reserved entry bytes are not zero", entry=i, name=shown)
+        size = shape_size(DTYPES[code][1], dims[:rank])
+        if size is None:
+            raise KdtrError(
+                Code.SIZE_OVERFLOW, "itemsize x product of the nonzero dims exceeds 2^48", entry=i, name=shown
+            )
         nbytes, offset = _u64(e, 24), _u64(e, 16)
         if size != nbytes:
-            raise KdtrError(Code.SIZE_MISMATCH, f"nbytes {nbytes} != dims x itemsize {size}", entry=i, name=name)
+            raise KdtrError(Code.SIZE_MISMATCH, f"nbytes {nbytes} != dims x itemsize {size}", entry=i, name=shown)
         if (nbytes == 0 and offset != 0) or (nbytes != 0 and (offset % A or offset < A)):
-            raise KdtrError(Code.BAD_OFFSET, f"offset {offset} (nbytes {nbytes}, A={A})", entry=i, name=name)
+            raise KdtrError(Code.BAD_OFFSET, f"offset {offset} (nbytes {nbytes}, A={A})", entry=i, name=shown)
         if offset + nbytes > index_offset:
             raise KdtrError(
-                Code.OUT_OF_BOUNDS, f"data [{offset}, {offset + nbytes}) runs into the index", entry=i, name=name
+                Code.OUT_OF_BOUNDS,
+                f"data at {offset} of {nbytes} bytes runs past the index at {index_offset}",
+                entry=i,
+                name=shown,
             )
         infos[name] = TensorInfo(name, code, tuple(dims[:rank]), offset, nbytes, _u32(e, 8))
     # 25-26 metadata entries
@@ -389,14 +312,15 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
         kb, pos = _take_name(idx, heap0, pos, S, klen, prev, j, _META_KEY)
         prev = kb
         key = kb.decode("ascii")
+        shown = sanitize(kb)
         if vlen > MAX_VALUE:
-            raise KdtrError(Code.LIMIT_EXCEEDED, f"value_len {vlen} > 16 MiB", entry=j, name=key)
+            raise KdtrError(Code.LIMIT_EXCEEDED, f"value_len {vlen} > 16 MiB", entry=j, name=shown)
         if pos + vlen > S:
-            raise KdtrError(Code.INDEX_LAYOUT, "value runs past the string heap", entry=j, name=key)
+            raise KdtrError(Code.INDEX_LAYOUT, "value runs past the string heap", entry=j, name=shown)
         vb = idx[heap0 + pos : heap0 + pos + vlen]
         pos += vlen
         if not _strict_utf8(vb):
-            raise KdtrError(Code.BAD_UTF8, "value is not strict UTF-8 without NUL", entry=j, name=key)
+            raise KdtrError(Code.BAD_UTF8, "value is not strict UTF-8 without NUL", entry=j, name=shown)
         metadata[key] = vb.decode("utf-8")
     # 27
     if pos != S:
@@ -406,9 +330,13 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     order = sorted((inf for inf in infos.values() if inf.nbytes), key=lambda t: t.offset)
     for inf in order:
         if inf.offset < cur:
-            raise KdtrError(Code.OVERLAP, f"data at {inf.offset} overlaps bytes before {cur}", name=inf.name)
+            raise KdtrError(
+                Code.OVERLAP, f"data at {inf.offset} overlaps bytes before {cur}", name=sanitize(inf.name.encode())
+            )
         if inf.offset > cur:
-            raise KdtrError(Code.GAP, f"gap of {inf.offset - cur} bytes before the data", name=inf.name)
+            raise KdtrError(
+                Code.GAP, f"gap of {inf.offset - cur} bytes before the data", name=sanitize(inf.name.encode())
+            )
         cur = align_up(inf.offset + inf.nbytes, A)
     if cur != index_offset:
         raise KdtrError(Code.GAP, f"gap of {index_offset - cur} bytes before the index")
@@ -418,32 +346,51 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     for inf in order:
         end = inf.offset + inf.nbytes
         if any(view[end : align_up(end, A)]):
-            raise KdtrError(Code.NONZERO_PADDING, "pad after the data is not zero", name=inf.name)
+            raise KdtrError(Code.NONZERO_PADDING, "pad after the data is not zero", name=sanitize(inf.name.encode()))
     # 30-31
     if verify_data:
         for inf in infos.values():
             crc = zlib.crc32(view[inf.offset : inf.offset + inf.nbytes]) if inf.nbytes else 0
             if crc != inf.crc32:
-                raise KdtrError(Code.DATA_CRC, f"data CRC 0x{inf.crc32:08x} != computed 0x{crc:08x}", name=inf.name)
+                raise KdtrError(
+                    Code.DATA_CRC,
+                    f"data CRC 0x{inf.crc32:08x} != computed 0x{crc:08x}",
+                    name=sanitize(inf.name.encode()),
+                )
     if check_bool:
         for inf in infos.values():
             if inf.dtype_code == 1 and inf.nbytes:
                 raw = np.frombuffer(view, np.uint8, inf.nbytes, inf.offset)
                 if (raw > 1).any():
-                    raise KdtrError(Code.BAD_BOOL, "BOOL byte other than 0 or 1", name=inf.name)
+                    raise KdtrError(Code.BAD_BOOL, "BOOL byte other than 0 or 1", name=sanitize(inf.name.encode()))
     return KdtrFile(buf, infos, metadata, align_log2)
+
+
+def open_regular(path: str | os.PathLike) -> int:
+    """A read-only descriptor of `path` if it is a regular file, else KdtrError E90.
+
+    Opened with O_NONBLOCK (a FIFO without a writer would otherwise hang open) and checked with fstat
+    before anything is read, as the C++ reader's FileSource does.
+    """
+    p = os.fspath(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise KdtrError(Code.IO, f"{p}: {e.strerror} (errno {e.errno})") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise KdtrError(Code.IO, f"{p}: not a regular file")
+    return fd
 
 
 def load(
     path: str | os.PathLike, *, verify_data: bool = True, check_bool: bool = True, max_index_size: int = MAX_INDEX
 ) -> KdtrFile:
-    """mmap `path` read-only and validate it; the returned views keep the mapping alive."""
+    """mmap the regular file `path` read-only and validate it; the returned views keep the mapping alive."""
+    fd = open_regular(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise KdtrError(Code.TRUNCATED, "file is empty")
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise KdtrError(Code.IO, f"{os.fspath(path)}: {e.strerror} (errno {e.errno})") from e
+        check_file_size(os.fstat(fd).st_size)  # before mapping: an empty file cannot be mapped at all
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
     return loads(mm, verify_data=verify_data, check_bool=check_bool, max_index_size=max_index_size)

@@ -37,6 +37,7 @@ SOURCES = [
     "contract/tree_verify.py",
     "harness/strategies.py",
     "kdtr/format.py",
+    "kdtr/writer.py",
 ]
 GENERATOR = "reference"  # the implementation whose outputs the fixtures hold
 

@@ -86,6 +86,10 @@ INVALID = {
     "E20_bad_rank": _entry(0, 4, 9, 1),
     "E21_dim_beyond_rank": _entry(0, 32 + 8 * 5, 1, 8),
     "E22_size_overflow": lambda b: _entry(0, 40, 1 << 47, 8)(_entry(0, 32, 1 << 47, 8)(b)),
+    # empty, but [2^40, 2^40, 0] cannot be an array: itemsize x nonzero dims is bounded too (check 21)
+    "E22_empty_huge_dims": lambda b: _entry(2, 4, 3, 1)(
+        _entry(2, 48, 0, 8)(_entry(2, 40, 1 << 40, 8)(_entry(2, 32, 1 << 40, 8)(b)))
+    ),
     "E23_size_mismatch": _entry(0, 32, 3, 8),
     "E24_bad_offset": _entry(0, 16, 65, 8),
     "E25_out_of_bounds": lambda b: _entry(3, 16, index_offset(b), 8)(b),

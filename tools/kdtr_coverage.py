@@ -1,0 +1,143 @@
+"""Branch coverage of both KDTR readers under the KDTR tests, and the gate on it (`make kdtr-coverage`).
+
+Runs conformance/test_kdtr*.py (without the timed fuzz and kill runs) once, with the Python reader under
+coverage.py (branch mode) and the C++ tools built with clang source-based coverage, then:
+- Python: kdtr/format.py (the reader) must have every line and both outcomes of every branch covered;
+- C++: every function in kdtr/include/kdtr.hpp must have run and every branch condition in it (reader,
+  sources, writer checks) must have been seen both true and false (llvm-cov counts each operand of &&
+  and || on its own; a function that never runs has no branch counts, hence the function rule).
+Both outcomes, not just "the line ran": a check whose failing side never runs can be wrong or
+unreachable without any test noticing. Other kdtr modules are reported, not gated. Prints the numbers,
+writes reports/kdtr-coverage.txt, exits 1 when the gate fails (2 when a tool is missing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / "build" / "coverage"
+LLVM = {t: shutil.which(f"{t}-14") or shutil.which(t) for t in ("clang++", "llvm-profdata", "llvm-cov")}
+GATED_PY = "kdtr/format.py"
+HEADER = ROOT / "kdtr" / "include" / "kdtr.hpp"
+
+
+def run(cmd, **kw):
+    """Run cmd from the repo root; stop with its output when it fails."""
+    out = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, **kw)
+    if out.returncode != 0:
+        sys.exit(f"kdtr-coverage: {' '.join(map(str, cmd))} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def build() -> None:
+    """kdtr-inspect and kdtr-test with -fprofile-instr-generate -fcoverage-mapping, under build/coverage/kdtr."""
+    run(["cmake", "-S", "kdtr", "-B", OUT / "kdtr", "-DKDTR_COVERAGE=ON", f"-DCMAKE_CXX_COMPILER={LLVM['clang++']}"])
+    run(["cmake", "--build", OUT / "kdtr", "-j", str(os.cpu_count() or 2), "--target", "kdtr-inspect", "kdtr-test"])
+
+
+def run_tests() -> None:
+    """The KDTR tests once: Python under coverage.py, the C++ tools writing raw profiles."""
+    shutil.rmtree(OUT / "prof", ignore_errors=True)
+    for f in OUT.glob(".coverage*"):
+        f.unlink()
+    env = dict(
+        os.environ,
+        KDTR_BUILD_DIR=str(OUT),  # harness.tools picks the instrumented tools from here
+        LLVM_PROFILE_FILE=str(OUT / "prof" / "kdtr-%4m.profraw"),  # a pool of 4 files merged online
+        KDTR_REQUIRE_TOOLS="1",
+        # few examples, fixed seed: the gate must not depend on luck (the boundary cases and the golden
+        # corpus reach every branch on their own; the full hypothesis runs are in the main suite)
+        HYPOTHESIS_PROFILE="dev",
+    )
+    tests = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "conformance").glob("test_kdtr*.py"))
+    cmd = [sys.executable, "-m", "coverage", "run", "--branch", "--source=kdtr", f"--data-file={OUT / '.coverage'}"]
+    cmd += ["-m", "pytest", *tests, "-m", "not slow", "-p", "no:xdist", "-q", "-p", "no:cacheprovider"]
+    cmd += ["--hypothesis-seed=0", "--durations=5", "--report-dir", str(OUT / "report")]  # keep the suite's own report
+    out = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True)
+    if out.returncode != 0:
+        sys.exit(f"kdtr-coverage: the KDTR tests failed under coverage:\n{out.stdout[-4000:]}{out.stderr[-2000:]}")
+
+
+def python_report() -> tuple[list[str], bool]:
+    """coverage.py's table for the kdtr package; ok when the reader module has nothing missing."""
+    data = f"--data-file={OUT / '.coverage'}"
+    table = run([sys.executable, "-m", "coverage", "report", data, "--show-missing", "--precision=1"])
+    gate = subprocess.run(
+        [sys.executable, "-m", "coverage", "report", data, f"--include={GATED_PY}", "--fail-under=100"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    return table.splitlines(), gate.returncode == 0
+
+
+_BRANCH = re.compile(r"Branch \((\d+):(\d+)\): \[True: ([\d.kMG]+), False: ([\d.kMG]+)\]")
+
+
+def cpp_report() -> tuple[list[str], list[str], list[str], bool]:
+    """llvm-cov's summary for kdtr.hpp, the branches that lack an outcome, the exempt ones; ok when none lack.
+
+    A branch is exempt only where its source line says `coverage-exempt: why` (a system call failing in a
+    way no test can provoke); the report lists each one with its reason.
+    """
+    merged = OUT / "kdtr.profdata"
+    run([LLVM["llvm-profdata"], "merge", "-sparse", *sorted((OUT / "prof").glob("*.profraw")), "-o", merged])
+    objects = [OUT / "kdtr" / "kdtr-inspect", "-object", OUT / "kdtr" / "kdtr-test"]
+    common = [f"-instr-profile={merged}", *objects, HEADER]
+    summary = run([LLVM["llvm-cov"], "report", "-show-branch-summary", *common]).splitlines()
+    shown = run([LLVM["llvm-cov"], "show", "-show-branches=count", "-show-line-counts=false", *common])
+    lines = HEADER.read_text().splitlines()
+    missing, exempt, seen = [], [], set()
+    for m in _BRANCH.finditer(shown):
+        line, col, t, f = int(m[1]), int(m[2]), m[3], m[4]
+        if (line, col) in seen:
+            continue
+        seen.add((line, col))
+        if (t == "0" or f == "0") and "coverage-exempt:" in lines[line - 1]:
+            exempt.append(f"kdtr.hpp:{line} {lines[line - 1].split('coverage-exempt:')[1].strip()}")
+        elif t == "0" or f == "0":
+            side = "never true" if t == "0" else "never false"
+            missing.append(f"kdtr.hpp:{line}:{col} {side}: {lines[line - 1].strip()[:100]}")
+    # a function never called has no branch counts at all: every function must have run as well
+    totals = json.loads(run([LLVM["llvm-cov"], "export", "-summary-only", *common]))["data"][0]["totals"]
+    uncalled = totals["functions"]["count"] - totals["functions"]["covered"]
+    if uncalled:
+        missing.append(f"{uncalled} function(s) of kdtr.hpp never called (llvm-cov report -show-functions)")
+    return summary, missing, exempt, not missing and bool(seen)
+
+
+def main() -> int:
+    """Build, run, report, gate."""
+    absent = [t for t, p in LLVM.items() if p is None]
+    if absent:
+        print(f"kdtr-coverage: {', '.join(absent)} missing (clang-14 / llvm-14); run `make setup` as root")
+        return 2
+    build()
+    run_tests()
+    py_table, py_ok = python_report()
+    cpp_summary, cpp_missing, cpp_exempt, cpp_ok = cpp_report()
+    report = ["KDTR reader branch coverage under conformance/test_kdtr*.py (not slow)", ""]
+    report += ["Python (coverage.py, branch mode):", *py_table, ""]
+    report += [f"gate: {GATED_PY} 100% of lines and branch outcomes: {'ok' if py_ok else 'FAILED'}", ""]
+    report += ["C++ (clang source-based coverage, llvm-cov):", *cpp_summary, ""]
+    report += [
+        f"gate: every function of kdtr.hpp run, every branch seen true and false: {'ok' if cpp_ok else 'FAILED'}"
+    ]
+    report += [f"  {m}" for m in cpp_missing]
+    report += [f"  exempt (one outcome, by design): {m}" for m in cpp_exempt]
+    text = "\n".join(report) + "\n"
+    print(text)
+    (ROOT / "reports").mkdir(exist_ok=True)
+    (ROOT / "reports" / "kdtr-coverage.txt").write_text(text)
+    return 0 if py_ok and cpp_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
