@@ -46,8 +46,9 @@ struct Tree {
 
 class Decoder {
  public:
-  Decoder(const Model& m, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s)
-      : m_(m), c_(m.config()), prompts_(prompts), s_(s), bs_(int64_t(prompts.size())),
+  Decoder(const Model& m, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s,
+          const Compute& comp)
+      : m_(m), c_(m.config()), prompts_(prompts), s_(s), comp_(comp), bs_(int64_t(prompts.size())),
         cache_(c_.n_layers, bs_, capacity(), kPageSize) {
     r_.bs = bs_;
     r_.max_new = s.max_new;
@@ -86,7 +87,7 @@ class Decoder {
     return longest + s_.max_new + 1 + s_.budget + s_.depth + 1;
   }
 
-  std::vector<float> forward(Rows& rows, ForwardTimes& t) { return m_.forward(rows, cache_, t, s_.threads); }
+  std::vector<float> forward(Rows& rows, ForwardTimes& t) { return m_.forward(rows, cache_, t, comp_); }
 
   void prefill(int64_t b) {
     const auto& p = prompts_[sz(b)];
@@ -170,11 +171,9 @@ class Decoder {
     ba.K_in = K;
     ba.budget = B;
     validate_tree_build(ba);  // the drafter's output meets the contract (cheap next to the forward)
-    tree_build(ba,
-               TreeBuildOut{tr.n_nodes.data(), tr.parents.data(), tr.depths.data(), tr.tokens.data(), tr.ranks.data(),
-                            tr.scores.data(), tr.visibility.data(), tr.positions.data(), tr.first_child.data(),
-                            tr.next_sibling.data(), nullptr},
-               s_.threads);
+    comp_.tree_build(ba, TreeBuildOut{tr.n_nodes.data(), tr.parents.data(), tr.depths.data(), tr.tokens.data(),
+                                      tr.ranks.data(), tr.scores.data(), tr.visibility.data(), tr.positions.data(),
+                                      tr.first_child.data(), tr.next_sibling.data(), nullptr});
     r_.tree_build += since(t);
     // the target over every tree node; its attention is tree_verify
     Rows rows;
@@ -206,22 +205,14 @@ class Decoder {
     aa.D = tr.D;
     aa.max_depth = L;
     std::vector<int32_t> accept_len(sz(n)), path(sz(n * (1 + L))), emitted(path.size()), bonus(sz(n)), lens(sz(n));
-    tree_accept(aa, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), lens.data()},
-                s_.threads);
     std::vector<int32_t> table(sz(n * cache_.max_pages));
     for (int64_t a = 0; a < n; ++a)
       std::copy_n(cache_.block_table.data() + A[sz(a)] * cache_.max_pages, cache_.max_pages,
                   table.data() + a * cache_.max_pages);
-    aa.dtype = DType::F32;
-    aa.num_pages = cache_.num_pages;
-    aa.page_size = cache_.page_size;
-    aa.max_pages = cache_.max_pages;
     aa.block_table = table.data();
     aa.prefix_lens = prefix.data();
-    for (int64_t l = 0; l < c_.n_layers; ++l) {
-      aa.kv_cache = cache_.pools[sz(l)].data();
-      commit_accepted(aa, accept_len.data(), path.data());
-    }
+    comp_.tree_accept(aa, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), lens.data()},
+                      cache_);
     r_.tree_accept += since(t);
     for (int64_t a = 0; a < n; ++a)
       record(A[sz(a)], accept_len[sz(a)], path.data() + a * (1 + L), emitted.data() + a * (1 + L), bonus[sz(a)],
@@ -274,6 +265,7 @@ class Decoder {
   const ModelConfig& c_;
   const std::vector<std::vector<int32_t>>& prompts_;
   const DecodeSettings& s_;
+  const Compute& comp_;
   int64_t bs_;
   PagedCache cache_;
   DecodeResult r_;
@@ -284,8 +276,9 @@ class Decoder {
 
 }  // namespace
 
-DecodeResult decode(const Model& model, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s) {
-  return Decoder(model, prompts, s).run();
+DecodeResult decode(const Model& model, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s,
+                    const Compute& comp) {
+  return Decoder(model, prompts, s, comp).run();
 }
 
 }  // namespace kdtree

@@ -41,6 +41,34 @@ int64_t meta_int(const kdtr::File& f, const std::string& path, const std::string
 
 }  // namespace
 
+void Compute::matmul(const float* x, int64_t x_stride, int64_t N, int64_t in, const float* W, int64_t out, float* y,
+                     int64_t y_stride) const {
+  kdtree::matmul(x, x_stride, N, in, W, out, y, y_stride, threads_);
+}
+
+void Compute::rows_written(const PagedCache&, int64_t, const std::vector<int64_t>&) const {}
+
+void Compute::tree_verify(const PagedCache&, int64_t, const TreeVerifyArgs& a, const TreeVerifyOut& o) const {
+  kdtree::tree_verify(a, o, threads_);
+}
+
+void Compute::tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const { kdtree::tree_build(a, o, threads_); }
+
+void Compute::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, PagedCache& cache) const {
+  TreeAcceptArgs walk = a;
+  walk.kv_cache = nullptr;
+  kdtree::tree_accept(walk, o, threads_);
+  TreeAcceptArgs commit = a;
+  commit.dtype = DType::F32;
+  commit.num_pages = cache.num_pages;
+  commit.page_size = cache.page_size;
+  commit.max_pages = cache.max_pages;
+  for (int64_t l = 0; l < cache.layers; ++l) {
+    commit.kv_cache = cache.pools[sz(l)].data();
+    commit_accepted(commit, o.accept_len, o.accept_path);
+  }
+}
+
 double ModelConfig::softmax_scale() const { return std::pow(double(nope + rope), -0.5); }
 
 PagedCache::PagedCache(int64_t layers_, int64_t bs_, int64_t rows_per_request, int64_t page_size_)
@@ -168,7 +196,7 @@ void Model::rope(float* v, int64_t stride, int64_t count, int32_t position) cons
 }
 
 void Model::attention(int64_t l, const Rows& rows, std::vector<float>& x, PagedCache& cache, ForwardTimes& times,
-                      int threads) const {
+                      const Compute& comp) const {
   const auto t0 = Clock::now();
   const ModelConfig& c = cfg_;
   const Layer& L = layers_[sz(l)];
@@ -176,15 +204,16 @@ void Model::attention(int64_t l, const Rows& rows, std::vector<float>& x, PagedC
   const float eps = float(c.rms_eps);
   std::vector<float> h(sz(N * d)), qa(sz(N * c.q_lora)), q(sz(N * H * qk)), kv(sz(N * (c.kv_lora + c.rope)));
   rmsnorm(x.data(), d, N, d, L.attn_norm.data(), eps, h.data(), d);
-  matmul(h.data(), d, N, d, L.wq_a.data(), c.q_lora, qa.data(), c.q_lora, threads);
+  comp.matmul(h.data(), d, N, d, L.wq_a.data(), c.q_lora, qa.data(), c.q_lora);
   rmsnorm(qa.data(), c.q_lora, N, c.q_lora, L.q_norm.data(), eps, qa.data(), c.q_lora);
-  matmul(qa.data(), c.q_lora, N, c.q_lora, L.wq_b.data(), H * qk, q.data(), H * qk, threads);
-  matmul(h.data(), d, N, d, L.wkv_a.data(), c.kv_lora + c.rope, kv.data(), c.kv_lora + c.rope, threads);
+  comp.matmul(qa.data(), c.q_lora, N, c.q_lora, L.wq_b.data(), H * qk, q.data(), H * qk);
+  comp.matmul(h.data(), d, N, d, L.wkv_a.data(), c.kv_lora + c.rope, kv.data(), c.kv_lora + c.rope);
   // The query: q_nope absorbed through W_UK, then the roped q_pe ([N, H, 576]).
   std::vector<float> q_full(sz(N * H * kHeadDim));
+  std::vector<int64_t> written(sz(N));
   for (int64_t hd = 0; hd < H; ++hd)
-    matmul(q.data() + hd * qk, H * qk, N, c.nope, L.w_uk.data() + hd * c.nope * c.kv_lora, c.kv_lora,
-           q_full.data() + hd * kHeadDim, H * kHeadDim, threads);
+    comp.matmul(q.data() + hd * qk, H * qk, N, c.nope, L.w_uk.data() + hd * c.nope * c.kv_lora, c.kv_lora,
+           q_full.data() + hd * kHeadDim, H * kHeadDim);
   for (int64_t n = 0; n < N; ++n) {
     rope(q.data() + n * H * qk + c.nope, qk, H, rows.positions[sz(n)]);
     for (int64_t hd = 0; hd < H; ++hd)
@@ -194,8 +223,11 @@ void Model::attention(int64_t l, const Rows& rows, std::vector<float>& x, PagedC
     rmsnorm(kvr, 0, 1, c.kv_lora, L.kv_norm.data(), eps, kvr, 0);
     rope(kvr + c.kv_lora, 0, 1, rows.positions[sz(n)]);
     const int64_t b = n / rows.Q, slot = n % rows.Q;
-    std::copy_n(kvr, kHeadDim, cache.row(l, rows.requests[sz(b)], rows.prefix_lens[sz(b)] + slot));
+    float* dst = cache.row(l, rows.requests[sz(b)], rows.prefix_lens[sz(b)] + slot);
+    std::copy_n(kvr, kHeadDim, dst);
+    written[sz(n)] = dst - cache.pools[sz(l)].data();
   }
+  comp.rows_written(cache, l, written);
   // Attention is the tree_verify op over this layer's pool, with the requests' block-table rows.
   const int64_t n_req = int64_t(rows.requests.size());
   std::vector<int32_t> table(sz(n_req * cache.max_pages));
@@ -219,20 +251,20 @@ void Model::attention(int64_t l, const Rows& rows, std::vector<float>& x, PagedC
   std::vector<float> latent(sz(N * H * kLatent)), lse(sz(N * H));
   times.other += since(t0);
   const auto t1 = Clock::now();
-  tree_verify(a, TreeVerifyOut{latent.data(), lse.data()}, threads);
+  comp.tree_verify(cache, l, a, TreeVerifyOut{latent.data(), lse.data()});
   times.attention += since(t1);
   const auto t2 = Clock::now();
   // Back through W_UV per head, then wo, added to the residual.
   std::vector<float> o(sz(N * H * c.v_head)), delta(sz(N * d));
   for (int64_t hd = 0; hd < H; ++hd)
-    matmul(latent.data() + hd * kLatent, H * kLatent, N, c.kv_lora, L.w_uv.data() + hd * c.kv_lora * c.v_head,
-           c.v_head, o.data() + hd * c.v_head, H * c.v_head, threads);
-  matmul(o.data(), H * c.v_head, N, H * c.v_head, L.wo.data(), d, delta.data(), d, threads);
+    comp.matmul(latent.data() + hd * kLatent, H * kLatent, N, c.kv_lora, L.w_uv.data() + hd * c.kv_lora * c.v_head,
+           c.v_head, o.data() + hd * c.v_head, H * c.v_head);
+  comp.matmul(o.data(), H * c.v_head, N, H * c.v_head, L.wo.data(), d, delta.data(), d);
   for (int64_t i = 0; i < N * d; ++i) x[sz(i)] += delta[sz(i)];
   times.other += since(t2);
 }
 
-void Model::feed_forward(int64_t l, std::vector<float>& x, int64_t N, int threads) const {
+void Model::feed_forward(int64_t l, std::vector<float>& x, int64_t N, const Compute& comp) const {
   const ModelConfig& c = cfg_;
   const Layer& L = layers_[sz(l)];
   const int64_t d = c.hidden;
@@ -241,10 +273,10 @@ void Model::feed_forward(int64_t l, std::vector<float>& x, int64_t N, int thread
   auto mlp = [&](const float* in, int64_t rows, const float* w1, const float* w3, const float* w2, int64_t inter,
                  float* y) {
     std::vector<float> a(sz(rows * inter)), g(sz(rows * inter));
-    matmul(in, d, rows, d, w1, inter, a.data(), inter, threads);
-    matmul(in, d, rows, d, w3, inter, g.data(), inter, threads);
+    comp.matmul(in, d, rows, d, w1, inter, a.data(), inter);
+    comp.matmul(in, d, rows, d, w3, inter, g.data(), inter);
     swiglu(a.data(), g.data(), rows * inter);
-    matmul(a.data(), inter, rows, inter, w2, d, y, d, threads);
+    comp.matmul(a.data(), inter, rows, inter, w2, d, y, d);
   };
   if (l < c.dense_layers) {
     mlp(h.data(), N, L.w1.data(), L.w3.data(), L.w2.data(), c.ffn_inter, out.data());
@@ -252,7 +284,7 @@ void Model::feed_forward(int64_t l, std::vector<float>& x, int64_t N, int thread
     const int64_t E = c.n_experts, K = c.top_k, I = c.expert_inter;
     mlp(h.data(), N, L.s_w1.data(), L.s_w3.data(), L.s_w2.data(), c.shared_inter, out.data());
     std::vector<float> score(sz(N * E));
-    matmul(h.data(), d, N, d, L.gate.data(), E, score.data(), E, threads);
+    comp.matmul(h.data(), d, N, d, L.gate.data(), E, score.data(), E);
     for (float& s : score) s = 1.0f / (1.0f + std::exp(-s));
     // Route: the top-k scores per row (ties to the lower expert), weights normalized over the k chosen.
     std::vector<float> weight(sz(N * E), 0.0f);
@@ -291,21 +323,21 @@ void Model::feed_forward(int64_t l, std::vector<float>& x, int64_t N, int thread
   for (int64_t i = 0; i < N * d; ++i) x[sz(i)] += out[sz(i)];
 }
 
-std::vector<float> Model::forward(const Rows& rows, PagedCache& cache, ForwardTimes& times, int threads) const {
+std::vector<float> Model::forward(const Rows& rows, PagedCache& cache, ForwardTimes& times, const Compute& comp) const {
   const ModelConfig& c = cfg_;
   const int64_t N = int64_t(rows.tokens.size()), d = c.hidden;
   std::vector<float> x(sz(N * d));
   for (int64_t n = 0; n < N; ++n) std::copy_n(embed_.data() + int64_t(rows.tokens[sz(n)]) * d, d, x.data() + n * d);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    attention(l, rows, x, cache, times, threads);
+    attention(l, rows, x, cache, times, comp);
     const auto t0 = Clock::now();
-    feed_forward(l, x, N, threads);
+    feed_forward(l, x, N, comp);
     times.other += since(t0);
   }
   const auto t0 = Clock::now();
   std::vector<float> h(sz(N * d)), logits(sz(N * c.vocab));
   rmsnorm(x.data(), d, N, d, final_norm_.data(), float(c.rms_eps), h.data(), d);
-  matmul(h.data(), d, N, d, lm_head_.data(), c.vocab, logits.data(), c.vocab, threads);
+  comp.matmul(h.data(), d, N, d, lm_head_.data(), c.vocab, logits.data(), c.vocab);
   times.other += since(t0);
   return logits;
 }

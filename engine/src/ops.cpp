@@ -16,7 +16,7 @@ namespace {
 
 using Meta = std::vector<std::pair<std::string, std::string>>;
 
-TensorList op_tree_build(Reader& r, int threads) {
+TensorList op_tree_build(Reader& r, const OpBackend& backend) {
   Shapes sh({sym::kBs, sym::kL, sym::kKIn});
   const View lp = sh.array(r, "top_logp", {kF32}, {"bs", "L", "K_in"});
   const View ids = sh.array(r, "top_ids", {kI32}, {"bs", "L", "K_in"});
@@ -51,7 +51,7 @@ TensorList op_tree_build(Reader& r, int threads) {
   std::vector<uint8_t> mask(sz(full ? full_mask_size(pre_v.data(), bs, D) : 0));
   TreeBuildOut o{n_nodes.data(), parents.data(), depths.data(), tokens.data(), ranks.data(), scores.data(),
                  vis.data(),     positions.data(), fc.data(),   ns.data(),     mask.data()};
-  tree_build(a, o, threads);
+  backend.tree_build(a, o);
 
   TensorList out;
   out.add("n_nodes", kI32, {bs}, n_nodes);
@@ -68,7 +68,7 @@ TensorList op_tree_build(Reader& r, int threads) {
   return out;
 }
 
-TensorList op_tree_verify(Reader& r, int threads) {
+TensorList op_tree_verify(Reader& r, const OpBackend& backend) {
   Shapes sh({sym::kBs, sym::kQ, sym::kH, sym::kNumPages, sym::kPageSize, sym::kMaxPages, sym::kW});
   const View q = sh.array(r, "q", {kF32, kBF16}, {"bs", "Q", "H", kHeadDim});
   const View kv = sh.array(r, "kv_cache", {q.t->dtype}, {"num_pages", "page_size", kHeadDim});  // q's dtype
@@ -107,14 +107,14 @@ TensorList op_tree_verify(Reader& r, int threads) {
 
   std::vector<uint8_t> out_v(sz(bs * Q * H * kLatent) * item);
   std::vector<float> lse(sz(bs * Q * H));
-  tree_verify(a, TreeVerifyOut{out_v.data(), lse.data()}, threads);
+  backend.tree_verify(a, TreeVerifyOut{out_v.data(), lse.data()});
   TensorList out;
   out.add_bytes("out", bf16 ? kBF16 : kF32, {bs, Q, H, kLatent}, out_v.data(), out_v.size());
   out.add("lse", kF32, {bs, Q, H}, lse);
   return out;
 }
 
-TensorList op_tree_accept(Reader& r, int threads) {
+TensorList op_tree_accept(Reader& r, const OpBackend& backend) {
   // the commit's group first, as the contract checks it before any argument
   const char* group[3] = {"kv_cache", "block_table", "prefix_lens"};
   std::string missing;
@@ -167,7 +167,7 @@ TensorList op_tree_accept(Reader& r, int threads) {
 
   std::vector<int32_t> accept_len(sz(bs)), path(sz(bs * (1 + L))), emitted(path.size()), bonus(sz(bs)),
       new_lens(sz(bs));
-  tree_accept(a, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), new_lens.data()}, threads);
+  backend.tree_accept(a, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), new_lens.data()});
   TensorList out;
   out.add("accept_len", kI32, {bs}, accept_len);
   out.add("accept_path", kI32, {bs, 1 + L}, path);
@@ -185,22 +185,29 @@ const std::vector<std::string>& op_slugs() {
   return slugs;
 }
 
-TensorList run_op(const std::string& op, const kdtr::File& in, int threads) {
+void CpuOps::tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const { kdtree::tree_build(a, o, threads_); }
+void CpuOps::tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& o) const { kdtree::tree_verify(a, o, threads_); }
+void CpuOps::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const { kdtree::tree_accept(a, o, threads_); }
+
+TensorList run_op(const std::string& op, const kdtr::File& in, int threads) { return run_op(op, in, CpuOps(threads)); }
+
+TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& backend) {
   for (const auto& kv : in.meta)
     if (kv.first == "op" && kv.second != op)
       fail("op", "the file's metadata says op=" + kv.second + ", but " + op + " was asked for");
   Reader r(in);
-  if (op == "tree_build") return op_tree_build(r, threads);
-  if (op == "tree_verify") return op_tree_verify(r, threads);
-  if (op == "tree_accept") return op_tree_accept(r, threads);
+  if (op == "tree_build") return op_tree_build(r, backend);
+  if (op == "tree_verify") return op_tree_verify(r, backend);
+  if (op == "tree_accept") return op_tree_accept(r, backend);
   fail("op", "'" + op + "' is not one of tree_build, tree_verify, tree_accept");
 }
 
-void run_op_file(const std::string& op, const std::string& in_path, const std::string& out_path, int threads) {
+void run_op_file(const std::string& op, const std::string& in_path, const std::string& out_path,
+                 const OpBackend& backend) {
   std::vector<uint8_t> buf;
   kdtr::File f;
   open_kdtr(in_path, buf, f);
-  const TensorList out = run_op(op, f, threads);
+  const TensorList out = run_op(op, f, backend);
   write_file(out_path, out.serialize({{"op", op}}));
 }
 

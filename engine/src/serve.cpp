@@ -42,7 +42,7 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
-int serve_stream(std::istream& in, std::ostream& out, int threads) {
+int serve_stream(std::istream& in, std::ostream& out, const OpBackend& backend) {
   int errors = 0;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -52,7 +52,7 @@ int serve_stream(std::istream& in, std::ostream& out, int threads) {
     try {
       if (f.size() != 3) throw InputError("request", "expected 'OP<TAB>IN<TAB>OUT', got " + std::to_string(f.size()) + " fields");
       const auto t0 = std::chrono::steady_clock::now();
-      run_op_file(f[0], f[1], f[2], threads);
+      run_op_file(f[0], f[1], f[2], backend);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       answer = "ok\t" + std::to_string(dt);
     } catch (const InputError& e) {

@@ -36,7 +36,9 @@ struct DecodeResult {
   std::vector<float> committed;      // [layers, bs, T, 576]: each row as the round that committed it left it
 };
 
-// prompts[b] are token ids in 0..vocab-1 (at least one each); checked by the caller.
-DecodeResult decode(const Model& model, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s);
+// prompts[b] are token ids in 0..vocab-1 (at least one each); checked by the caller. The arithmetic and the
+// ops run on `comp` (the CPU's Compute, or the CUDA backend's).
+DecodeResult decode(const Model& model, const std::vector<std::vector<int32_t>>& prompts, const DecodeSettings& s,
+                    const Compute& comp);
 
 }  // namespace kdtree

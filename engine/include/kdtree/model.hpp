@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "kdtree/tree_accept.hpp"
+#include "kdtree/tree_build.hpp"
+#include "kdtree/tree_verify.hpp"
+
 namespace kdtree {
 
 struct ModelConfig {
@@ -44,13 +48,38 @@ struct ForwardTimes {
   double attention = 0, other = 0;
 };
 
+// Where the model's arithmetic and the decoder's ops run: the CPU (this class) or the GPU (kdtree/cuda.hpp
+// overrides it). Every implementation keeps linalg.hpp's guarantee for matmul: each output row depends on its
+// own input row only, summed in a fixed order, so a token's bits do not depend on the rows around it.
+class Compute {
+ public:
+  explicit Compute(int threads) : threads_(threads) {}
+  virtual ~Compute() = default;
+  virtual const char* name() const { return "cpu"; }
+  // linalg.hpp's matmul (W is one of the model's weight arrays, or a slice of one, and never changes).
+  virtual void matmul(const float* x, int64_t x_stride, int64_t N, int64_t in, const float* W, int64_t out,
+                      float* y, int64_t y_stride) const;
+  // The rows of layer `layer` at these offsets (floats into its pool) were just written on the host.
+  virtual void rows_written(const PagedCache& cache, int64_t layer, const std::vector<int64_t>& offsets) const;
+  // The attention of layer `layer`: tree_verify with a.kv_cache = that layer's (host) pool.
+  virtual void tree_verify(const PagedCache& cache, int64_t layer, const TreeVerifyArgs& a,
+                           const TreeVerifyOut& o) const;
+  virtual void tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const;
+  // tree_accept's walk of `a` (its block_table and prefix_lens set, kv_cache unset) and its commit into every
+  // layer of `cache`, as that layer's kv_cache.
+  virtual void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, PagedCache& cache) const;
+
+ protected:
+  int threads_;
+};
+
 class Model {
  public:
   // Loads and checks reference/model.py's KDTR weights (InputError naming the file or the tensor).
   static Model load(const std::string& path);
   const ModelConfig& config() const { return cfg_; }
   // Logits [n*Q, vocab] of the rows; writes their cache rows first.
-  std::vector<float> forward(const Rows& rows, PagedCache& cache, ForwardTimes& times, int threads) const;
+  std::vector<float> forward(const Rows& rows, PagedCache& cache, ForwardTimes& times, const Compute& comp) const;
 
  private:
   struct Layer {
@@ -59,8 +88,8 @@ class Model {
     std::vector<float> gate, e_w1, e_w3, e_w2, s_w1, s_w3, s_w2;  // MoE layers
   };
   void attention(int64_t l, const Rows& rows, std::vector<float>& x, PagedCache& cache, ForwardTimes& times,
-                 int threads) const;
-  void feed_forward(int64_t l, std::vector<float>& x, int64_t N, int threads) const;
+                 const Compute& comp) const;
+  void feed_forward(int64_t l, std::vector<float>& x, int64_t N, const Compute& comp) const;
   void rope(float* v, int64_t stride, int64_t count, int32_t position) const;
 
   ModelConfig cfg_;

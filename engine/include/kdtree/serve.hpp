@@ -10,9 +10,11 @@
 #include <istream>
 #include <ostream>
 
+#include "kdtree/ops.hpp"
+
 namespace kdtree {
 
 // Answers every request of `in` on `out` (flushed per answer) and returns the number of errors.
-int serve_stream(std::istream& in, std::ostream& out, int threads);
+int serve_stream(std::istream& in, std::ostream& out, const OpBackend& backend);
 
 }  // namespace kdtree
