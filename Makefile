@@ -2,7 +2,7 @@
 PYTEST = .venv/bin/python -m pytest
 JOBS ?= auto
 
-.PHONY: setup conformance test perf bench-report lint format corpus fixtures limits clean kdtr-coverage
+.PHONY: setup conformance test perf bench-report lint format corpus fixtures limits engine-kernels clean kdtr-coverage
 setup:
 	@tools/setup.sh
 
@@ -50,6 +50,10 @@ fixtures:
 # The kernels' limits header, generated from contract/limits.py.
 limits:
 	.venv/bin/python tools/gen_limits_header.py
+
+# The engine's nvcc build list, generated from kernels_cu/specs.py.
+engine-kernels:
+	.venv/bin/python tools/gen_engine_kernels.py
 
 clean:
 	rm -rf build .venv .pytest_cache .hypothesis
