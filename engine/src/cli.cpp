@@ -66,10 +66,15 @@ double Options::real(const std::string& name, double lo, double hi, double fallb
   return v;
 }
 
-void require_cpu_device(const Options& o) {
+DeviceChoice device_choice(const Options& o) {
   const std::string d = o.str("--device", "cpu");
-  if (d == "cuda") throw UsageError("--device: cuda is not built into this engine (the CPU backend only)");
-  if (d != "cpu") throw UsageError("--device: '" + d + "' is not cpu or cuda");
+  if (d != "cpu" && d != "cuda") throw UsageError("--device: '" + d + "' is not cpu or cuda");
+  DeviceChoice c;
+  c.cuda = d == "cuda";
+  c.variant = o.str("--variant", "");
+  if (o.has("--variant") && !c.cuda) throw UsageError("--variant: kernel variants need --device cuda");
+  if (o.has("--variant") && c.variant.empty()) throw UsageError("--variant: empty");
+  return c;
 }
 
 }  // namespace kdtree

@@ -1,11 +1,13 @@
 // The decode subcommand: options and files around decoder.cpp.
 #include "kdtree/decode.hpp"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kdtree/cli.hpp"
 #include "kdtree/contract.hpp"
+#include "kdtree/cuda.hpp"
 #include "kdtree/decoder.hpp"
 #include "kdtree/model.hpp"
 #include "kdtree/tensors.hpp"
@@ -51,7 +53,8 @@ std::vector<std::vector<int32_t>> load_prompts(const std::string& path, int64_t 
   }
 }
 
-void write_result(const std::string& path, const DecodeResult& r, const ModelConfig& c, const DecodeSettings& s) {
+void write_result(const std::string& path, const DecodeResult& r, const ModelConfig& c, const DecodeSettings& s,
+                  const std::string& device) {
   TensorList out;
   out.add("tokens", kI32, {r.bs, r.max_new}, r.tokens);
   out.add("margins", kF32, {r.bs, r.max_new}, r.margins);
@@ -81,7 +84,7 @@ void write_result(const std::string& path, const DecodeResult& r, const ModelCon
                                   {"budget", std::to_string(s.budget)},
                                   {"depth", std::to_string(s.depth)},
                                   {"threads", std::to_string(s.threads)},
-                                  {"engine", "kdtree-engine cpu"}}));
+                                  {"engine", "kdtree-engine " + device}}));
 }
 
 }  // namespace
@@ -89,9 +92,9 @@ void write_result(const std::string& path, const DecodeResult& r, const ModelCon
 int decode_main(int argc, char** argv, int first) {
   Options o(argc, argv, first,
             {"--model", "--prompt", "--mode", "--budget", "--max-new", "--out", "--depth", "--noise", "--draft-temp",
-             "--seed", "--threads", "--device"},
+             "--seed", "--threads", "--device", "--variant"},
             {"--dump-cache"});
-  require_cpu_device(o);
+  const DeviceChoice dev = device_choice(o);
   if (!o.positional().empty()) throw UsageError("unexpected argument '" + o.positional()[0] + "'");
   DecodeSettings s;
   const std::string mode = o.str("--mode");
@@ -121,8 +124,10 @@ int decode_main(int argc, char** argv, int first) {
     throw UsageError("--max-new: the longest prompt (" + std::to_string(longest) + ") + max-new + depth need " +
                      "position " + std::to_string(last) + ", past the model's max_pos " +
                      std::to_string(model.config().max_pos));
-  const DecodeResult r = decode(model, prompts, s);
-  write_result(out_path, r, model.config(), s);
+  const std::unique_ptr<Compute> comp =
+      dev.cuda ? cuda::make_compute(dev.variant) : std::make_unique<Compute>(s.threads);
+  const DecodeResult r = decode(model, prompts, s, *comp);
+  write_result(out_path, r, model.config(), s, comp->name());
   return 0;
 }
 

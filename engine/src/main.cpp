@@ -5,12 +5,14 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <utility>
 
 #include "kdtree/cli.hpp"
 #include "kdtree/contract.hpp"
+#include "kdtree/cuda.hpp"
 #include "kdtree/decode.hpp"
 #include "kdtree/ops.hpp"
 #include "kdtree/serve.hpp"
@@ -18,7 +20,7 @@
 
 namespace {
 
-const char* kOverview = R"(kdtree-engine: DDTree tree speculative decoding ops (CPU backend) over KDTR files.
+const char* kOverview = R"(kdtree-engine: DDTree tree speculative decoding ops (CPU and CUDA backends) over KDTR files.
 
 usage: kdtree-engine SUBCOMMAND [options]      kdtree-engine SUBCOMMAND --help
 
@@ -27,15 +29,17 @@ subcommands:
   batch [LIST]                         run many op files in one process (LIST or standard input)
   serve                                like batch on standard input, for a driving process
   decode --model M --prompt P ...      generate tokens with an MLA+MoE model, autoregressive or DDTree
+  variants                             the CUDA kernel variants compiled in (SLUG, VARIANT, ARCHS, SOURCE
+                                       per line, tab separated; nothing without the CUDA backend)
   help [SUBCOMMAND]                    this text, or a subcommand's
 
 Exit status: 0 success, 1 bad input data (the message names the file or tensor), 2 bad command line,
-3 internal error. Tensor names, dtypes and shapes of the op files are the contract's (spec/<op>.md).
+3 internal error, 4 no usable GPU for --device cuda. Tensor names, dtypes and shapes of the op files are the contract's (spec/<op>.md).
 )";
 
-const char* kOpHelp = R"(usage: kdtree-engine op OP --in IN.kdtr --out OUT.kdtr [--device cpu] [--threads N]
+const char* kOpHelp = R"(usage: kdtree-engine op OP --in IN.kdtr --out OUT.kdtr [--device cpu|cuda] [--variant V] [--threads N]
 
-Runs one op on the CPU. OP is tree_build, tree_verify or tree_accept. IN holds the op's inputs as
+Runs one op on the CPU, or with --device cuda on the GPU. OP is tree_build, tree_verify or tree_accept. IN holds the op's inputs as
 tensors named like its arguments (Python scalars as rank-0 tensors); OUT receives the result fields as
 tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
 
@@ -68,7 +72,11 @@ status 1, OUT untouched.
                incoming link per node, no root sibling) no deeper than max_depth; the commit needs
                kv_cache, block_table and prefix_lens together, every page in range, and the rows
                prefix_len .. prefix_len + D - 1 of all requests distinct physical cache rows
---threads N: worker threads across requests (0 = one per core, the default; at most 256).
+--threads N: worker threads across requests (0 = one per core, the default; at most 256; CPU only).
+--device cuda runs the kernels of kernels_cu/ (compiled by nvcc with their build specs, kernels_cu/specs.py);
+--variant V picks one of OP's kernel variants (default: the first one built for this GPU). Compiled here:
+  @VARIANTS@
+Validation is the same for both devices and happens before anything reaches the GPU.
 )";
 
 // The op help with the contract's limits filled in (kernels_cu/contract_limits.cuh, via contract.hpp).
@@ -83,11 +91,12 @@ std::string op_help() {
       {"@MP@", range(1, kdtree::kMaxContext)},   {"@CTX@", std::to_string(kdtree::kMaxContext)},
       {"@FULL@", std::to_string(kdtree::kMaxFullMaskBytes)}};
   for (const auto& f : fill) s.replace(s.find(f.first), std::strlen(f.first), f.second);
+  s.replace(s.find("@VARIANTS@"), 10, kdtree::cuda::describe_variants());
   return s;
 }
 
-const char* kBatchHelp = R"(usage: kdtree-engine batch [LIST|-] [--device cpu] [--threads N]
-       kdtree-engine serve [--device cpu] [--threads N]
+const char* kBatchHelp = R"(usage: kdtree-engine batch [LIST|-] [--device cpu|cuda] [--variant V] [--threads N]
+       kdtree-engine serve [--device cpu|cuda] [--variant V] [--threads N]
 
 Runs many op files in one process. Each request line is
     OP<TAB>IN.kdtr<TAB>OUT.kdtr        (a line without a TAB is split on spaces)
@@ -96,12 +105,13 @@ and gets one answer line on standard output, flushed at once:
     error<TAB>MESSAGE                  MESSAGE names the file or tensor; OUT was not written
 Blank lines and '#' comments get no answer. A bad request never stops the loop.
 batch reads LIST (or standard input for '-' or no LIST) and exits 1 if any request failed;
-serve reads standard input until it closes and exits 0.
+serve reads standard input until it closes and exits 0. --device cuda runs the ops on the GPU; --variant V
+uses kernel variant V for the op that has it (see op --help).
 )";
 
 const char* kDecodeHelp = R"(usage: kdtree-engine decode --model M.kdtr --prompt P.kdtr --mode ar|ddtree --budget B
                             --max-new N --out OUT.kdtr [--depth L] [--noise S] [--draft-temp T]
-                            [--seed X] [--threads N] [--dump-cache] [--device cpu]
+                            [--seed X] [--threads N] [--dump-cache] [--device cpu|cuda] [--variant V]
 
 Greedy generation with the MLA+MoE model in M (written by reference/model.py) for every prompt in P
 (tokens i32 [bs,len], lengths i32 [bs]). Every step is the three ops: the target's attention is
@@ -114,6 +124,10 @@ and the greedy walk and KV commit are tree_accept's.
   --depth L       draft depth (default 8), --noise S noise scale (default 0.5), --draft-temp T
                   temperature of the draft logits (default 1.0), --seed X noise seed (default 0)
   --threads N     worker threads (0 = one per core, the default)
+  --device cuda   the whole step on the GPU: the three ops by the kernels of kernels_cu/ (--variant V picks
+                  one, see op --help) and every matmul of the model (the dense layers) by the engine's own
+                  row-independent kernels (a fixed summation order per output, no FMA: the CPU's bits);
+                  norms, RoPE, routing and the drafter's top-k stay on the host
 OUT holds tokens i32 [bs,N], margins f32 [bs,N] (top-1 minus top-2 logit behind each token),
 rounds i32 [bs], accept_lens i32 [bs,R] and path_max_rank i32 [bs,R] (-1 padded), lengths i32 [bs]
 (committed cache rows), the phase times (time_* f64 scalars, seconds: prefill, decode, and inside decode
@@ -133,34 +147,40 @@ bool wants_help(int argc, char** argv, int first) {
   return false;
 }
 
+std::unique_ptr<kdtree::OpBackend> backend(const kdtree::Options& o, int threads, const std::string& op) {
+  const kdtree::DeviceChoice dev = kdtree::device_choice(o);
+  if (dev.cuda) return kdtree::cuda::make_ops(dev.variant, op);
+  return std::make_unique<kdtree::CpuOps>(threads);
+}
+
 int cmd_op(int argc, char** argv) {
-  kdtree::Options o(argc, argv, 2, {"--in", "--out", "--device", "--threads"}, {});
-  kdtree::require_cpu_device(o);
+  kdtree::Options o(argc, argv, 2, {"--in", "--out", "--device", "--variant", "--threads"}, {});
   if (o.positional().size() != 1) throw kdtree::UsageError("expected exactly one OP (tree_build, tree_verify, tree_accept)");
   const std::string op = o.positional()[0];
   bool known = false;
   for (const auto& s : kdtree::op_slugs()) known = known || s == op;
   if (!known) throw kdtree::UsageError("OP '" + op + "' is not one of tree_build, tree_verify, tree_accept");
   const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
-  kdtree::run_op_file(op, o.str("--in"), o.str("--out"), threads);
+  const auto ops = backend(o, threads, op);
+  kdtree::run_op_file(op, o.str("--in"), o.str("--out"), *ops);
   return 0;
 }
 
 int cmd_batch(int argc, char** argv, bool serve) {
-  kdtree::Options o(argc, argv, 2, {"--device", "--threads"}, {});
-  kdtree::require_cpu_device(o);
+  kdtree::Options o(argc, argv, 2, {"--device", "--variant", "--threads"}, {});
   const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
+  const auto ops = backend(o, threads, "");
   if (serve) {
     if (!o.positional().empty()) throw kdtree::UsageError("serve takes no LIST (it reads standard input)");
-    kdtree::serve_stream(std::cin, std::cout, threads);
+    kdtree::serve_stream(std::cin, std::cout, *ops);
     return 0;
   }
   if (o.positional().size() > 1) throw kdtree::UsageError("expected at most one LIST");
   const std::string list = o.positional().empty() ? "-" : o.positional()[0];
-  if (list == "-") return kdtree::serve_stream(std::cin, std::cout, threads) ? 1 : 0;
+  if (list == "-") return kdtree::serve_stream(std::cin, std::cout, *ops) ? 1 : 0;
   std::ifstream in(list);
   if (!in) throw kdtree::InputError(list, "cannot open the request list");
-  return kdtree::serve_stream(in, std::cout, threads) ? 1 : 0;
+  return kdtree::serve_stream(in, std::cout, *ops) ? 1 : 0;
 }
 
 int dispatch(int argc, char** argv) {
@@ -172,6 +192,10 @@ int dispatch(int argc, char** argv) {
     else if (what == "decode") std::fputs(kDecodeHelp, stdout);
     else if (what.empty()) std::fputs(kOverview, stdout);
     else return usage_error("", "no subcommand '" + what + "'");
+    return 0;
+  }
+  if (sub == "variants") {
+    std::fputs(kdtree::cuda::variant_lines().c_str(), stdout);
     return 0;
   }
   const std::string help = sub == "op"                         ? op_help()
@@ -207,6 +231,9 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "kdtree-engine %s: out of memory\n", argv[1]);
     return 3;
+  } catch (const kdtree::cuda::DeviceError& e) {
+    std::fprintf(stderr, "kdtree-engine %s: --device cuda: %s\n", argv[1], e.what());
+    return 4;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kdtree-engine %s: internal error: %s\n", argv[1], e.what());
     return 3;

@@ -34,7 +34,12 @@ class Options {
   std::vector<std::string> positional_;
 };
 
-// The --device option: only "cpu" is built; anything else is a UsageError saying so.
-void require_cpu_device(const Options& o);
+// The --device option ("cpu", the default, or "cuda") and --variant (a kernel variant of kernels_cu/specs.py,
+// with cuda only). Anything else is a UsageError naming the option.
+struct DeviceChoice {
+  bool cuda = false;
+  std::string variant;  // "" = each op's first variant usable on the GPU
+};
+DeviceChoice device_choice(const Options& o);
 
 }  // namespace kdtree

@@ -1,0 +1,134 @@
+// The GPU, device buffers, variant selection and launches (device.hpp).
+#include "device.hpp"
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include "kdtree/cli.hpp"
+
+namespace kdtree {
+namespace cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  const std::string msg = std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice || e == cudaErrorNoKernelImageForDevice ||
+      e == cudaErrorInvalidDevice || e == cudaErrorInitializationError)
+    throw DeviceError(msg);
+  throw std::runtime_error("CUDA error: " + msg);
+}
+
+const Gpu& gpu() {
+  static Gpu g;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int n = 0;
+    check(cudaGetDeviceCount(&n), "no usable GPU");
+    if (n < 1) throw DeviceError("no CUDA device is visible");
+    check(cudaSetDevice(0), "cudaSetDevice");
+    cudaDeviceProp p{};
+    check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
+    int optin = 0;
+    check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory limit");
+    g.arch = "sm_" + std::to_string(p.major * 10 + p.minor);
+    g.name = p.name;
+    g.smem_optin = optin - 64;
+  });
+  if (g.arch.empty()) throw DeviceError("the GPU failed to initialize earlier in this process");
+  return g;
+}
+
+DevBuf::DevBuf(size_t bytes) : n_(bytes) { check(cudaMalloc(&p_, bytes < 16 ? 16 : bytes), "cudaMalloc"); }
+
+DevBuf::DevBuf(const void* host, size_t bytes) : DevBuf(bytes) { upload(host, bytes); }
+
+DevBuf::~DevBuf() {
+  if (p_) cudaFree(p_);
+}
+
+DevBuf::DevBuf(DevBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+
+DevBuf& DevBuf::operator=(DevBuf&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFree(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+  }
+  return *this;
+}
+
+void DevBuf::upload(const void* host, size_t bytes) {
+  if (bytes) check(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), "upload");
+}
+
+void DevBuf::download(void* host, size_t bytes) const {
+  if (bytes) check(cudaMemcpy(host, p_, bytes, cudaMemcpyDeviceToHost), "download");
+}
+
+bool usable(const Variant& v) {
+  const std::string mine = gpu().arch;
+  const std::string list = std::string(" ") + v.archs + " ";
+  return list.find(" " + mine + " ") != std::string::npos || list.find(" " + mine + "a ") != std::string::npos;
+}
+
+const Variant& pick(const std::string& slug, const std::string& requested, const std::string& dtype) {
+  const auto mine = variants(slug);
+  if (!requested.empty())
+    for (const Variant* v : mine)
+      if (requested == v->variant) {
+        if (!usable(*v))
+          throw DeviceError("kernel variant " + v->name() + " is built for " + v->archs + ", this GPU is " +
+                            gpu().arch);
+        return *v;
+      }
+  for (const Variant* v : mine)
+    if (usable(*v) && (dtype.empty() || v->takes(dtype))) return *v;
+  std::string have;
+  for (const Variant* v : mine) have += (have.empty() ? "" : ", ") + std::string(v->variant) + " (" + v->archs + ")";
+  throw DeviceError("no kernel variant of " + slug + (dtype.empty() ? "" : " for " + dtype) + " is built for " +
+                    gpu().arch + " (have: " + (have.empty() ? "none" : have) + ")");
+}
+
+void launch(const Variant& v, const std::string& entry, dim3 grid, dim3 block, size_t smem, void** args) {
+  const void* fn = v.entry(entry);
+  static std::mutex m;
+  static std::map<const void*, size_t> raised;  // the dynamic shared memory each kernel was opened up to
+  if (smem > 48 * 1024) {
+    std::lock_guard<std::mutex> lock(m);
+    if (raised[fn] < smem) {
+      check(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+            (v.name() + " " + entry + ": dynamic shared memory").c_str());
+      raised[fn] = smem;
+    }
+  }
+  check(cudaLaunchKernel(fn, grid, block, args, smem, nullptr), (v.name() + " " + entry + ": launch").c_str());
+}
+
+std::string describe_variants() {
+  std::string out;
+  std::string slug;
+  for (const Variant* v : variants()) {
+    if (slug != v->slug) {
+      out += (slug.empty() ? "" : "; ") + std::string(v->slug) + ": ";
+      slug = v->slug;
+    } else {
+      out += ", ";
+    }
+    out += std::string(v->variant) + " (" + v->archs + ")";
+  }
+  return out.empty() ? "(none)" : out;
+}
+
+std::string variant_lines() {
+  std::string out;
+  for (const Variant* v : variants())
+    out += std::string(v->slug) + "\t" + v->variant + "\t" + v->archs + "\t" + v->source + "\n";
+  return out;
+}
+
+bool built() { return true; }
+
+}  // namespace cuda
+}  // namespace kdtree

@@ -1,0 +1,64 @@
+// The CUDA runtime side of the engine's CUDA backend: the GPU, device buffers, variant selection and
+// launches (private to engine/src/cuda/).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kdtree/cuda.hpp"
+#include "kdtree/cuda_registry.hpp"
+
+namespace kdtree {
+namespace cuda {
+
+// Throws DeviceError for the errors that mean "no usable GPU", std::runtime_error for the others.
+void check(cudaError_t e, const char* what);
+
+struct Gpu {
+  int device = 0;
+  std::string arch;          // "sm_90"
+  std::string name;          // "NVIDIA H200"
+  long long smem_optin = 0;  // per-block dynamic shared memory limit (opt-in), less 64 bytes, as runtime.py
+};
+
+// The GPU (device 0), initialized once; DeviceError when there is none.
+const Gpu& gpu();
+
+// A device allocation (at least 16 bytes, so that empty arrays still get a valid pointer).
+class DevBuf {
+ public:
+  DevBuf() = default;
+  explicit DevBuf(size_t bytes);
+  DevBuf(const void* host, size_t bytes);  // allocated and uploaded
+  ~DevBuf();
+  DevBuf(DevBuf&& o) noexcept;
+  DevBuf& operator=(DevBuf&& o) noexcept;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+  void upload(const void* host, size_t bytes);
+  void download(void* host, size_t bytes) const;
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Whether the variant has code for this GPU (its archs include this one, or its "a" form).
+bool usable(const Variant& v);
+
+// The variant of `slug` to run: `requested` when it is one of slug's (UsageError if it names no variant at
+// all; DeviceError if it is not built for this GPU), else the first variant of slug usable here that takes
+// `dtype` ("" = any).
+const Variant& pick(const std::string& slug, const std::string& requested, const std::string& dtype = "");
+
+// Launches entry `entry` of `v` (raising its dynamic shared-memory limit when smem needs it) on the default
+// stream and checks the launch.
+void launch(const Variant& v, const std::string& entry, dim3 grid, dim3 block, size_t smem, void** args);
+
+}  // namespace cuda
+}  // namespace kdtree

@@ -1,0 +1,100 @@
+// Launchers of the kernels of kernels_cu/ (launch.hpp). The shapes were validated by the contract's checks
+// before anything gets here.
+#include "launch.hpp"
+
+#include <string>
+
+#include "kdtree/cli.hpp"
+#include "kdtree/contract.hpp"
+#include "tree_accept.cuh"
+#include "tree_build.cuh"
+#include "tree_verify.cuh"
+
+namespace kdtree {
+namespace cuda {
+namespace {
+
+void needs_source(const Variant& v, const char* source) {
+  if (std::string(v.source) != source)
+    throw UsageError("--variant: " + v.name() + " (kernels_cu/" + v.source +
+                     ") has no launcher in the engine yet (engine/src/cuda/launch.cu launches " + source + ")");
+}
+
+}  // namespace
+
+void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
+  needs_source(v, "tree_build.cu");
+  const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
+  const int K = B < K_in ? B : K_in;
+  const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
+  const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
+  const size_t smem = size_t(tree_build_smem(B, L, K, stage).total);
+  int lp_in_smem = stage ? 1 : 0;
+  void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
+                  (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem,
+                  (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
+                  (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
+                  (void*)&d.next_sibling, (void*)&d.full_mask};
+  launch(v, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
+}
+
+void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
+  needs_source(v, "tree_accept.cu");
+  const int D = int(d.D), L = int(d.max_depth);
+  const size_t smem = size_t(tree_accept_smem_bytes(D));
+  int row_vec = int(d.row_bytes / 16), page_size = d.kv_cache ? int(d.page_size) : 1;
+  int max_pages = d.kv_cache ? int(d.max_pages) : 0;
+  const int32_t* bt = d.kv_cache ? d.block_table : nullptr;
+  const int32_t* pre = d.kv_cache ? d.prefix_lens : nullptr;
+  void* args[] = {(void*)&d.tokens, (void*)&d.first_child, (void*)&d.next_sibling, (void*)&d.target_tokens,
+                  (void*)&D, (void*)&L, (void*)&d.accept_len, (void*)&d.accept_path, (void*)&d.emitted,
+                  (void*)&d.bonus, (void*)&d.new_lens, (void*)&d.kv_cache, &row_vec, &page_size, (void*)&bt,
+                  &max_pages, (void*)&pre};
+  launch(v, "tree_accept_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
+}
+
+void launch_tree_verify(const Variant& v, const VerifyOnDevice& d) {
+  needs_source(v, "tree_verify.cu");
+  const int var = d.bf16 ? tv::kBf16 : tv::kF32;
+  const long long QH = d.Q * d.H;
+  // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
+  std::vector<long long> chunk(size_t(d.bs)), first(size_t(d.bs), 0);
+  long long slots = 0, most = 0;
+  for (int64_t b = 0; b < d.bs; ++b) {
+    const long long n_keys = (long long)d.prefix_host[b] + d.Q;
+    chunk[size_t(b)] = tv::default_split_chunk(n_keys, QH, var);
+    const long long n = tv::n_splits(n_keys, chunk[size_t(b)]);
+    most = n > most ? n : most;
+    if (n > 1) {
+      first[size_t(b)] = slots;
+      slots += n;
+    }
+  }
+  if (most > 65535) throw InputError("prefix_lens", std::to_string(most) + " splits per request, more than 65535");
+  DevBuf chunk_d(chunk.data(), chunk.size() * 8), first_d(first.data(), first.size() * 8);
+  DevBuf part_o(size_t(slots * QH * kLatent * 4)), part_lse(size_t(slots * QH * 4));
+  const char* attention = d.bf16 ? "tree_verify_bf16_kernel" : "tree_verify_f32_kernel";
+  const char* combine = d.bf16 ? "tree_verify_combine_bf16_kernel" : "tree_verify_combine_f32_kernel";
+  float scale = d.softmax_scale;
+  int Q = int(d.Q), H = int(d.H), page_size = int(d.page_size), max_pages = int(d.max_pages);
+  const long long* c = chunk_d.as<long long>();
+  const long long* f = first_d.as<long long>();
+  float* po = part_o.as<float>();
+  float* pl = part_lse.as<float>();
+  void* args[] = {(void*)&d.q, (void*)&d.kv_cache, (void*)&d.block_table, (void*)&d.prefix_lens,
+                  (void*)&d.visibility, &scale, &Q, &H, &page_size, &max_pages, (void*)&c, (void*)&f,
+                  (void*)&d.out, (void*)&d.lse, (void*)&po, (void*)&pl};
+  launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var)), unsigned(most), unsigned(d.bs)), dim3(tv::kThreads),
+         size_t(tv::smem_bytes(var)), args);
+  if (slots) {
+    void* cargs[] = {(void*)&po, (void*)&pl, (void*)&c, (void*)&f, (void*)&d.prefix_lens, &Q, &H,
+                     (void*)&d.out, (void*)&d.lse};
+    launch(v, combine, dim3(unsigned(tv::combine_blocks(QH)), unsigned(d.bs), 1), dim3(tv::kCombineThreads), 0,
+           cargs);
+  }
+  // the scratch buffers are freed when this returns: wait for the kernels that read them
+  check(cudaDeviceSynchronize(), "tree_verify");
+}
+
+}  // namespace cuda
+}  // namespace kdtree
