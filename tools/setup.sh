@@ -26,8 +26,37 @@ fi
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null
 cmake --install build/kdtr --prefix .venv >/dev/null  # kdtr-inspect on the environment's PATH
+# nvcc for the engine's CUDA backend (it needs no GPU): on PATH, in CUDA_HOME or /usr/local/cuda, else the
+# CUDA 13.0 compiler wheels from the package index into .venv (13.0: what driver 580 loads; the four are pinned
+# together, since nvcc refuses a newer nvvm's PTX). Without any, the engine is built for the CPU only.
+find_nvcc() {
+  local c
+  for c in "$(command -v nvcc || true)" "${CUDA_HOME:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc \
+           .venv/lib/python*/site-packages/nvidia/cu13/bin/nvcc; do
+    [ -n "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+NVCC=$(find_nvcc || true)
+if [ -z "$NVCC" ]; then
+  echo "setup: no nvcc found; installing the CUDA 13.0 compiler wheels into .venv"
+  if .venv/bin/python -m pip install -q "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*" "nvidia-cuda-crt==13.0.*" \
+       "nvidia-cuda-runtime==13.0.*" >/dev/null; then
+    for d in .venv/lib/python*/site-packages/nvidia/cu13; do
+      [ -e "$d/lib64" ] || ln -s lib "$d/lib64"  # nvcc.profile and CMake look for lib64
+    done
+    NVCC=$(find_nvcc || true)
+  fi
+fi
+if [ -n "$NVCC" ]; then
+  CUDA_FLAGS=(-DKDTREE_CUDA=ON "-DCMAKE_CUDA_COMPILER=$(readlink -f "$NVCC")")
+else
+  echo "setup: no nvcc (none on PATH, in CUDA_HOME or /usr/local/cuda, and the nvidia-cuda-nvcc wheels did not" \
+       "install): building kdtree-engine without its CUDA backend (--device cuda will say so)" >&2
+  CUDA_FLAGS=(-DKDTREE_CUDA=OFF)
+fi
 # The engine: kdtree-engine and libkdtree_cpu.so under build/engine/
-cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release "${CUDA_FLAGS[@]}" >/dev/null
 cmake --build build/engine -j "$(nproc)" >/dev/null
 if command -v clang++-14 >/dev/null; then
   cmake -S kdtr -B build/fuzz -DKDTR_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
@@ -37,4 +66,4 @@ if command -v clang++-14 >/dev/null; then
 fi
 built=$(ls .venv/bin/kdtr-inspect build/fuzz/kdtr-fuzz build/engine/kdtree-engine build/engine-fuzz/kdtree-engine-fuzz \
   2>/dev/null | tr '\n' ' ')
-echo "setup: ok ($(.venv/bin/python --version), $built)"
+echo "setup: ok ($(.venv/bin/python --version), $built; engine CUDA backend: ${NVCC:-none})"
