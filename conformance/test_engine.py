@@ -146,7 +146,8 @@ def test_help_explains_every_subcommand(exe):
             2,
             "--threads: 'many' is not an integer",
         ),
-        (("op", "tree_build", "--in", "a", "--out", "b", "--device", "cuda"), 2, "--device: cuda is not built"),
+        (("op", "tree_build", "--in", "a", "--out", "b", "--device", "tpu"), 2, "--device: 'tpu' is not cpu or cuda"),
+        (("op", "tree_build", "--in", "a", "--out", "b", "--variant", "heap_smem"), 2, "--variant: kernel variants"),
         (
             ("op", "tree_build", "--in", "/nonexistent/in.kdtr", "--out", "b"),
             1,

@@ -16,9 +16,10 @@ from reference import drafter
 from reference.model import Config, Model, attend_latent, rmsnorm
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODEL_SEED, PROMPT_SEED = 1, 0
-N_PROMPTS, MAX_NEW = 20, 64
-BUDGET, DEPTH, NOISE = 16, 8, 0.5
+MODEL_SEED = 1
+N_PROMPTS, MAX_NEW, BUDGET, DEPTH, NOISE = (decoding.N_PROMPTS, decoding.MAX_NEW, decoding.BUDGET, decoding.DEPTH,
+                                            decoding.NOISE)  # fmt: skip
+make_prompts = decoding.make_prompts
 pytestmark = pytest.mark.slow
 
 
@@ -35,11 +36,6 @@ def model_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("model") / "model.kdtr"
     Model.random(Config(), seed=MODEL_SEED).save(path)
     return path
-
-
-def make_prompts(n, seed=PROMPT_SEED):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, Config().vocab, int(rng.integers(4, 17))).tolist() for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

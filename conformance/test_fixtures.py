@@ -14,7 +14,7 @@ import pytest
 import contract
 import kdtr
 from harness import spec as clauses
-from harness.cases import Case, run
+from harness.cases import Case, fixture_args, run
 from harness.compare import assert_bit_exact, assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -34,9 +34,7 @@ def _files(op):
 
 def fixture_case(f) -> Case:
     """The op call a fixture holds: its `in.*` tensors by the contract's KDTR names."""
-    op = f.metadata["op"]
-    inputs = {k[3:]: f[k] for k in f.infos if k.startswith("in.")}
-    return Case(op, contract.OPS[op].args_from_kdtr(inputs))
+    return Case(f.metadata["op"], fixture_args(f))
 
 
 def expected(f) -> dict[str, np.ndarray]:

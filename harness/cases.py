@@ -94,3 +94,12 @@ def run(impl, case: Case, **knobs):
     except impls.Unavailable as e:
         pytest.skip(str(e))
     return fn(**case.args)
+
+
+def fixture_args(f) -> dict:
+    """The op arguments a golden fixture (fixtures/<op>/*.kdtr, loaded) holds: its `in.*` tensors by the
+    contract's KDTR names."""
+    import contract
+
+    inputs = {k[3:]: f[k] for k in f.infos if k.startswith("in.")}
+    return contract.OPS[f.metadata["op"]].args_from_kdtr(inputs)

@@ -21,6 +21,17 @@ from . import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DELTA = 1e-3  # δ: the top-2 logit margin below which two fp32 implementations may pick differently
+# The decode equivalence runs of spec/engine.md (EN.4, EN.5): prompts, lengths and the DDTree settings.
+N_PROMPTS, MAX_NEW = 20, 64
+BUDGET, DEPTH, NOISE = 16, 8, 0.5
+
+
+def make_prompts(n: int, seed: int = 0) -> list[list[int]]:
+    """n seeded prompts of 4-16 token ids of the tiny model's vocabulary."""
+    from reference.model import Config
+
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, Config().vocab, int(rng.integers(4, 17))).tolist() for _ in range(n)]
 
 
 def write_prompts(path: pathlib.Path, prompts) -> None:

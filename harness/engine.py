@@ -1,8 +1,9 @@
-"""The C++ engine's CPU backend as an implementation of the three ops, driven through KDTR op files.
+"""The C++ engine (its CPU backend, or with device "cuda" its CUDA backend) as an implementation of the three
+ops, driven through KDTR op files.
 
 Each call checks its arguments with the contract's validation (the reference's messages), writes an op
 file (input tensors named like the arguments, Python scalars as rank-0 tensors, metadata `op`), has one
-persistent `kdtree-engine serve` process run it, and reads the result file back into the reference's
+persistent `kdtree-engine serve --device DEVICE` process run it, and reads the result file back into the reference's
 result types. A tree_accept commit writes the engine's committed cache back into the caller's array in
 place. The engine validates every op file itself as well; `run_op` skips the Python checks so tests can
 reach the engine's own.
@@ -40,8 +41,9 @@ class EngineCrashed(RuntimeError):
 class Server:
     """One `kdtree-engine serve` process and a scratch folder for its op files."""
 
-    def __init__(self, binary: pathlib.Path, threads: int = 0):
-        self._cmd = [str(binary), "serve", "--device", "cpu", "--threads", str(threads)]
+    def __init__(self, binary: pathlib.Path, threads: int = 0, device: str = "cpu", variant: str | None = None):
+        self._cmd = [str(binary), "serve", "--device", device, "--threads", str(threads)]
+        self._cmd += ["--variant", variant] if variant else []
         self._dir = pathlib.Path(tempfile.mkdtemp(prefix="kdtree-engine-"))
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -93,46 +95,59 @@ class Server:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-_server: Server | None = None
+_servers: dict[tuple[str, str | None], Server] = {}
 _server_lock = threading.Lock()
 
 
-def server() -> Server:
-    """The process-wide engine server, started on first use (tools.ToolMissing when not built)."""
-    global _server
+def server(device: str = "cpu", variant: str | None = None) -> Server:
+    """The process-wide engine server of a device (and kernel variant), started on first use
+    (tools.ToolMissing when not built)."""
     with _server_lock:
-        if _server is None:
-            _server = Server(tools.binary("kdtree-engine"))
-            atexit.register(_server.close)
-        return _server
+        key = (device, variant)
+        if key not in _servers:
+            _servers[key] = Server(tools.binary("kdtree-engine"), device=device, variant=variant)
+            atexit.register(_servers[key].close)
+        return _servers[key]
 
 
-def run_op(op: str, tensors: dict, metadata: dict | None = None) -> dict[str, np.ndarray]:
+def run_op(
+    op: str, tensors: dict, metadata: dict | None = None, device: str = "cpu", variant: str | None = None
+) -> dict[str, np.ndarray]:
     """Run an op file through the engine without the Python checks (EngineError on rejection)."""
-    return server().run(op, tensors, metadata)
+    return server(device, variant).run(op, tensors, metadata)
 
 
-def _run(c: contract.OpContract, named: dict):
+def cuda_variants() -> list[tuple[str, str]]:
+    """(slug, variant) of every CUDA kernel variant compiled into the engine (`kdtree-engine variants`; empty
+    for an engine built without nvcc)."""
+    out = subprocess.run([str(tools.binary("kdtree-engine")), "variants"], capture_output=True, text=True, timeout=60)
+    if out.returncode:
+        raise RuntimeError(f"kdtree-engine variants exited {out.returncode}: {out.stderr}")
+    return [tuple(line.split("\t")[:2]) for line in out.stdout.splitlines() if line]  # type: ignore[misc]
+
+
+def _run(c: contract.OpContract, named: dict, device: str = "cpu"):
     """Validate with the contract, write the op file by the contract's KDTR names, run it, read the result;
     arguments the op writes in place (the commit's cache) get the engine's result copied back."""
     checked = c.validate(**named)
-    out = run_op(c.slug, c.kdtr_inputs(checked.args))
+    out = run_op(c.slug, c.kdtr_inputs(checked.args), device=device)
     for name in c.in_place:
         if named.get(name) is not None:
             named[name][...] = out[name]
     return c.result(**{name: out[name] for name in c.output_names})
 
 
-def function(slug: str):
-    """The engine's implementation of an op, with the contract's signature and documentation."""
+def function(slug: str, device: str = "cpu"):
+    """The engine's implementation of an op on `device` (cpu or cuda), with the contract's signature and
+    documentation."""
     c = contract.OPS[slug]
 
     def op(*args, **kwargs):
-        return _run(c, c.bind(*args, **kwargs))
+        return _run(c, c.bind(*args, **kwargs), device)
 
     op.__signature__ = c.signature()  # type: ignore[attr-defined]
     op.__name__ = op.__qualname__ = slug
-    op.__doc__ = f"{slug} on the C++ engine's CPU backend, through a KDTR op file."
+    op.__doc__ = f"{slug} on the C++ engine's {device.upper()} backend, through a KDTR op file."
     return c.implements(op)
 
 

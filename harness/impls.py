@@ -99,15 +99,26 @@ def _cuda(variant: str) -> Impl:
 
 
 def _engine(kind: str) -> Impl:
-    if kind == "engine-cuda":
-        return Impl(kind, kind, None, {}, on_gpu=True, why_not="the C++ engine has no CUDA backend yet (CPU only)")
     from . import engine
 
+    gpu = kind == "engine-cuda"
     try:
         tools.binary("kdtree-engine")
     except tools.ToolMissing as e:
-        return Impl(kind, kind, None, {}, why_not=str(e), missing_tool=True)
-    return Impl(kind, kind, None, {op: (lambda op=op: engine.function(op)) for op in OPS})
+        return Impl(kind, kind, None, {}, on_gpu=gpu, why_not=str(e), missing_tool=True)
+    dev = "cuda" if gpu else "cpu"
+    loaders = {op: (lambda op=op: engine.function(op, dev)) for op in OPS}
+    if not gpu:
+        return Impl(kind, kind, None, loaders)
+    # each op runs its first kernel variant built for this GPU (the engine picks it, as cuda:VARIANT would);
+    # every variant is compared with the NVRTC build in conformance/test_engine_cuda.py
+    why = None
+    if not engine.cuda_variants():
+        why = "the engine was built without its CUDA backend (no nvcc when tools/setup.sh configured it)"
+    p = device.probe()
+    if p.ok is False and why is None:
+        why = f"GPU unavailable: {p.reason}"
+    return Impl(kind, kind, None, loaders, on_gpu=True, reruns=10, why_not=why, missing_tool=why is not None and p.ok)
 
 
 def names() -> list[str]:

@@ -1,0 +1,55 @@
+"""The engine's nvcc build comes from the kernel build specs (spec/engine.md EN.5.1): the generated build
+list is current, every NVRTC option has an nvcc spelling, the built engine holds exactly the specs' variants,
+and its launchers take the geometry from the kernels' headers rather than restating it."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+from harness import engine, tools
+from kernels_cu import specs
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _gen():
+    s = importlib.util.spec_from_file_location("gen_engine_kernels", ROOT / "tools" / "gen_engine_kernels.py")
+    m = importlib.util.module_from_spec(s)
+    s.loader.exec_module(m)
+    return m
+
+
+def test_build_list_is_current_with_the_specs():
+    gen = _gen()
+    assert gen.OUT.read_text() == gen.render(), "engine/cuda/kernel_specs.cmake is stale: run `make engine-kernels`"
+
+
+def test_nvcc_flags_follow_the_nvrtc_options():
+    gen = _gen()
+    tb = specs.get("tree_build", "heap_smem")
+    assert "--fmad=false" in gen.nvcc_options(tb)  # its float64 scores need the reference's operation order
+    assert "-std=c++17" in gen.nvcc_options(specs.get("tree_verify", "portable"))
+    with pytest.raises(ValueError, match="no nvcc spelling"):
+        gen._flag("some_new_option", True)
+    assert gen.gencode("sm_90a") == "-gencode=arch=compute_90a,code=sm_90a"
+
+
+def test_engine_compiles_every_variant_of_the_specs(request):
+    """The CUDA backend compiled in CI (nvcc needs no GPU): `kdtree-engine variants` lists the specs' variants."""
+    try:
+        have = engine.cuda_variants()
+    except tools.ToolMissing as e:
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    if not have:
+        why = "kdtree-engine was built without nvcc (tools/setup.sh says why)"
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(why)
+    assert have == [(s.slug, s.variant) for s in specs.SPECS]
+
+
+def test_launchers_read_the_geometry_headers():
+    src = (ROOT / "engine" / "src" / "cuda" / "launch.cu").read_text()
+    for h in ("tree_build.cuh", "tree_verify.cuh", "tree_accept.cuh"):
+        assert f'#include "{h}"' in src
+    for restated in ("kMinChunk", "kTargetCtas", "* 16 +", "6LL"):  # constants the headers own
+        assert restated not in src, f"launch.cu restates the geometry ({restated!r})"
