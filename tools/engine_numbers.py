@@ -1,8 +1,10 @@
-"""CPU numbers of the C++ engine on the tiny MLA+MoE model: AR and DDTree tokens per second (the drafter's
-own time apart, since it runs the target ahead), mean acceptance per budget, each op's share of a DDTree
-step, and the C++ tree builder (libkdtree_cpu through ctypes) against the Python heapq reference.
+"""Numbers of the C++ engine on the tiny MLA+MoE model, per device (--device cpu, the default, and/or cuda):
+AR and DDTree tokens per second (the drafter's own time apart, since it runs the target ahead), mean
+acceptance per budget, each op's share of a DDTree step, and the C++ tree builder (libkdtree_cpu through
+ctypes) against the Python heapq reference.
 
-    python tools/engine_numbers.py OUT_DIR [--prompts 20] [--max-new 64] [--threads 0] [--repeat 3]
+    python tools/engine_numbers.py OUT_DIR [--device cpu] [--device cuda] [--prompts 20] [--max-new 64]
+        [--threads 0] [--repeat 3]
 
 Writes OUT_DIR/numbers.json and OUT_DIR/numbers.md. Each decode runs `--repeat` times; the table shows
 the median run (by decode time). Numbers hold only with their machine, date and revision (recorded).
@@ -45,18 +47,19 @@ def prompts(n: int) -> list[list[int]]:
     return [rng.integers(0, Config().vocab, int(rng.integers(4, 17))).tolist() for _ in range(n)]
 
 
-def decode_numbers(work: pathlib.Path, args) -> dict:
+def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
     model = work / "model.kdtr"
-    Model.random(Config(), seed=1).save(model)
+    if not model.exists():
+        Model.random(Config(), seed=1).save(model)
     ps = prompts(args.prompts)
     tokens = len(ps) * args.max_new
     runs = {}
     for mode, budget in [("ar", 0), *(("ddtree", b) for b in BUDGETS)]:
-        opts = {"threads": args.threads}
+        opts = {"threads": args.threads, "device": dev}
         if mode == "ddtree":
             opts |= {"budget": budget, "depth": DEPTH, "noise": NOISE}
         trials = [
-            decoding.engine_decode(model, ps, work / f"{mode}{budget}", mode=mode, max_new=args.max_new, **opts)
+            decoding.engine_decode(model, ps, work / f"{dev}{mode}{budget}", mode=mode, max_new=args.max_new, **opts)
             for _ in range(args.repeat)
         ]
         r = sorted(trials, key=lambda t: float(t["time_decode"]))[len(trials) // 2]
@@ -87,7 +90,13 @@ def decode_numbers(work: pathlib.Path, args) -> dict:
         runs[f"{mode}{budget}"] = row
     for row in runs.values():
         row.pop("_tokens")
-    return {"model": {"seed": 1, **Config().__dict__}, "prompts": len(ps), "max_new": args.max_new, "runs": runs}
+    return {
+        "device": dev,
+        "model": {"seed": 1, **Config().__dict__},
+        "prompts": len(ps),
+        "max_new": args.max_new,
+        "runs": runs,
+    }
 
 
 def tree_build_numbers(threads: int) -> list[dict]:
@@ -115,6 +124,11 @@ def tree_build_numbers(threads: int) -> list[dict]:
     return rows
 
 
+def _gpu() -> str:
+    p = device.probe()
+    return f"{p.name} {p.arch}, driver {device.driver_version_string()}" if p.ok else f"none ({p.reason})"
+
+
 def _median_us(fn, rounds: int) -> float:
     fn()
     times = []
@@ -128,23 +142,40 @@ def _median_us(fn, rounds: int) -> float:
 def markdown(res: dict) -> str:
     env = res["environment"]
     lines = [
-        f"# kdtree-engine on the CPU — {env['date']}",
+        f"# kdtree-engine on {', '.join(d['device'].upper() for d in res['decodes'])} — {env['date']}",
         "",
-        f"Machine: {env['cpu']}, {env['cores']} cores ({env['platform']}). Revision `{env['git_revision']}`.",
+        f"Machine: {env['cpu']}, {env['cores']} cores ({env['platform']}); GPU: {env['gpu']}. "
+        f"Revision `{env['git_revision']}`.",
         f"Command: `{env['command']}`. Load average before the run: {env['loadavg']}.",
         "",
-        f"Model: reference/model.py defaults (seed 1): {res['decode']['model']['n_layers']} layers, hidden "
-        f"{res['decode']['model']['hidden']}, {res['decode']['model']['n_heads']} heads, 576-wide latent cache, "
-        f"{res['decode']['model']['n_experts']} experts top-{res['decode']['model']['top_k']} + shared, vocab "
-        f"{res['decode']['model']['vocab']}. {res['decode']['prompts']} prompts of 4-16 tokens, "
-        f"{res['decode']['max_new']} new tokens each, all prompts batched; drafter depth {DEPTH}, noise {NOISE}. "
-        "Times are the engine's own (steady clock around each phase), median of the repeats.",
+    ]
+    for dec in res["decodes"]:
+        lines += decode_markdown(dec)
+    return "\n".join(lines + tree_build_markdown(res["tree_build"])) + "\n"
+
+
+def decode_markdown(dec: dict) -> list[str]:
+    gpu_note = (
+        " On cuda the whole step runs on the GPU (the ops by the kernels, every matmul by the engine's own "
+        "kernels), host to device copies included; norms, RoPE, routing and the drafter's top-k stay on the host."
+        if dec["device"] == "cuda"
+        else ""
+    )
+    lines = [
+        f"## Device: {dec['device']}",
+        "",
+        f"Model: reference/model.py defaults (seed 1): {dec['model']['n_layers']} layers, hidden "
+        f"{dec['model']['hidden']}, {dec['model']['n_heads']} heads, 576-wide latent cache, "
+        f"{dec['model']['n_experts']} experts top-{dec['model']['top_k']} + shared, vocab "
+        f"{dec['model']['vocab']}. {dec['prompts']} prompts of 4-16 tokens, "
+        f"{dec['max_new']} new tokens each, all prompts batched; drafter depth {DEPTH}, noise {NOISE}. "
+        "Times are the engine's own (steady clock around each phase), median of the repeats." + gpu_note,
         "",
         "| mode | B | tok/s | tok/s without drafter | drafter s | decode s | accepted drafts/round | "
         "tokens/round | rounds off the first branch | = AR |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in res["decode"]["runs"].values():
+    for r in dec["runs"].values():
         dd = r["mode"] == "ddtree"
         lines.append(
             f"| {r['mode']} | {r['budget'] if dd else '-'} | {r['tokens_per_s']:.1f} | "
@@ -161,16 +192,18 @@ def markdown(res: dict) -> str:
         "| mode | B | tree_build | tree_verify | tree_accept | model |",
         "|---|---|---|---|---|---|",
     ]
-    for r in res["decode"]["runs"].values():
+    for r in dec["runs"].values():
         s = r["op_share_of_step"]
         lines.append(
             f"| {r['mode']} | {r['budget'] or '-'} | {s['tree_build']:.2%} | {s['tree_verify']:.1%} | "
             f"{s['tree_accept']:.2%} | {s['model']:.1%} |"
         )
-    tb = res["tree_build"]
+    return [*lines, ""]
+
+
+def tree_build_markdown(tb: list[dict]) -> list[str]:
     cols = [k for k in tb[0] if k.startswith("cpp_")]
-    lines += [
-        "",
+    lines = [
         "C++ tree builder (libkdtree_cpu through ctypes, arguments bound once, preallocated outputs, no "
         "validation, no file I/O) against the Python heapq reference (with its validation and every layout), "
         "L = 15, K_in = B, median µs per batch:",
@@ -184,7 +217,7 @@ def markdown(res: dict) -> str:
         lines.append(
             f"| {r['bs']} | {r['B']} | {r['python_heapq_us']:.0f} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> None:
@@ -194,6 +227,7 @@ def main(argv=None) -> None:
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--device", action="append", choices=("cpu", "cuda"), help="repeat for several (default cpu)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     cpuinfo = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
@@ -207,9 +241,11 @@ def main(argv=None) -> None:
         "command": "python tools/engine_numbers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "compiler": subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+        "gpu": _gpu(),
     }
     with tempfile.TemporaryDirectory() as tmp:
-        res = {"environment": env, "decode": decode_numbers(pathlib.Path(tmp), args)}
+        decodes = [decode_numbers(pathlib.Path(tmp), args, d) for d in args.device or ["cpu"]]
+        res = {"environment": env, "decodes": decodes}
     res["tree_build"] = tree_build_numbers(args.threads)
     (args.out / "numbers.json").write_text(json.dumps(res, indent=1) + "\n")
     (args.out / "numbers.md").write_text(markdown(res))

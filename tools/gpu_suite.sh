@@ -4,7 +4,10 @@
 # gate's planted-slowdown check, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
-#           baseline report scaling
+#           baseline report scaling engine_cuda
+#   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc), then runs every op clause with
+#           --impl engine-cuda, the engine-cuda = NVRTC bit-identity and CUDA decode tests
+#           (conformance/test_engine_cuda.py) and tools/engine_numbers.py for both devices (OUT/engine-numbers/)
 #   aliases: perf = the four perf_* stages, gate and report; all (default) = conformance mutants sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
 #   baseline: compares OUT/perf-*.json with KDTR_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
@@ -68,7 +71,21 @@ stage_sanitizer() {
         --print-limit 20 "$PY" tools/tree_verify_dev.py sanitize
   done
 }
+stage_engine_cuda() {
+  run engine_cuda_build bash -c "cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release -DKDTREE_CUDA=ON \
+      && cmake --build build/engine -j $(nproc)" || return
+  run engine_cuda_conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_tree_build.py \
+      conformance/test_tree_verify.py conformance/test_tree_accept.py conformance/test_fixtures.py \
+      conformance/test_extremes.py conformance/test_device_arrays.py --impl engine-cuda --require-gpu \
+      -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/engine_cuda"
+  run engine_cuda_equivalence timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_engine_cuda.py --require-gpu \
+      --require-tools -n 4 -q -p no:cacheprovider -rA --report-dir "$OUT/logs/engine_cuda_equivalence"
+  grep -hE 'vs|bit-exact|acceptance' "$OUT/logs/engine_cuda_equivalence.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  run engine_numbers timeout -k 30 "$LIMIT" "$PY" tools/engine_numbers.py "$OUT/engine-numbers" --device cuda \
+      --device cpu --repeat 1
+}
 for stage in "${STAGES[@]}"; do case $stage in
+  engine_cuda) stage_engine_cuda ;;
   conformance) stage_conformance ;;
   mutants) stage_mutants ;;
   sanitizer) stage_sanitizer ;;
