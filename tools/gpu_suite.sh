@@ -72,8 +72,10 @@ stage_sanitizer() {
   done
 }
 stage_engine_cuda() {
+  local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   run engine_cuda_build bash -c "cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release -DKDTREE_CUDA=ON \
-      && cmake --build build/engine -j $(nproc)" || return
+      -DCMAKE_CUDA_COMPILER=$nvcc && cmake --build build/engine -j $(nproc) && build/engine/kdtree-engine variants" \
+      || return
   run engine_cuda_conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_tree_build.py \
       conformance/test_tree_verify.py conformance/test_tree_accept.py conformance/test_fixtures.py \
       conformance/test_extremes.py conformance/test_device_arrays.py --impl engine-cuda --require-gpu \

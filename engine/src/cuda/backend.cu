@@ -152,11 +152,12 @@ class CudaCompute : public Compute {
     if (N == 0) return;
     auto it = weights_.find(W);
     if (it == weights_.end()) it = weights_.emplace(W, DevBuf(W, sz(in * out) * 4)).first;
-    DevBuf xd(sz(N * in) * 4), yd(sz(N * out) * 4);
-    check(cudaMemcpy2D(xd.as<float>(), sz(in) * 4, x, sz(x_stride) * 4, sz(in) * 4, sz(N), cudaMemcpyHostToDevice),
+    float* xd = scratch(x_, sz(N * in) * 4);
+    float* yd = scratch(y_, sz(N * out) * 4);
+    check(cudaMemcpy2D(xd, sz(in) * 4, x, sz(x_stride) * 4, sz(in) * 4, sz(N), cudaMemcpyHostToDevice),
           "matmul input");
-    dense_matmul(xd.as<float>(), in, N, in, it->second.as<float>(), out, yd.as<float>());
-    check(cudaMemcpy2D(y, sz(y_stride) * 4, yd.as<float>(), sz(out) * 4, sz(out) * 4, sz(N), cudaMemcpyDeviceToHost),
+    dense_matmul(xd, in, N, in, it->second.as<float>(), out, yd);
+    check(cudaMemcpy2D(y, sz(y_stride) * 4, yd, sz(out) * 4, sz(out) * 4, sz(N), cudaMemcpyDeviceToHost),
           "matmul output");
   }
 
@@ -217,6 +218,12 @@ class CudaCompute : public Compute {
   }
 
  private:
+  // A scratch buffer of at least `bytes`, kept between calls (no cudaMalloc/cudaFree per matmul).
+  static float* scratch(DevBuf& b, size_t bytes) {
+    if (b.bytes() < bytes) b = DevBuf(bytes * 2);
+    return b.as<float>();
+  }
+
   // Layer l's pool on the GPU (zeros until rows are written; the ops only read rows written before).
   float* pool(const PagedCache& cache, int64_t layer) const {
     if (pools_.empty()) {
@@ -234,6 +241,7 @@ class CudaCompute : public Compute {
   std::unique_ptr<CudaOps> ops_;
   mutable std::unordered_map<const float*, DevBuf> weights_;
   mutable std::vector<DevBuf> pools_;
+  mutable DevBuf x_, y_;  // matmul operands
 };
 
 }  // namespace
