@@ -84,6 +84,18 @@ SPECS: tuple[KernelSpec, ...] = (
         options=_EXACT,
     ),
     KernelSpec(
+        "tree_build",
+        "lane_cached",
+        "exact heap replay, each lane of one warp caching the best of its frontier slots: a pop is two warp "
+        "max-reductions and a ballot; log-probs read from global memory (staging them cost occupancy at B = 1024)",
+        "tree_build.cu",
+        "tree_build_kernel",
+        "tree_build_geometry",
+        128,
+        defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "1")),
+        options=_EXACT,
+    ),
+    KernelSpec(
         "tree_accept",
         "pointer_jump",
         "parents by pointer jumping over the sibling lists, first match by atomicMin, register-staged commit",
