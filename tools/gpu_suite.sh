@@ -79,8 +79,8 @@ for stage in "${STAGES[@]}"; do case $stage in
   perf_build)  # the C++ builder (libkdtree_cpu.so) is a comparator: built first where missing (a bare runner);
     # 0.3 s per measurement keeps the stage near 5 minutes on an H200 (KDTR_PERF_BUDGET_S overrides)
     if [ ! -f build/engine/libkdtree_cpu.so ] && [ -z "${KDTR_ENGINE_LIB:-}" ]; then
-      run engine_build bash -c 'cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release &&
-                                cmake --build build/engine -j "$(nproc)" --target kdtree_cpu'
+      run engine_configure cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release &&
+        run engine_build cmake --build build/engine -j "$(nproc)" --target kdtree_cpu
     fi
     KDTR_PERF_BUDGET_S=${KDTR_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-build.json" --perf-stage build \
         --require-gpu ;;

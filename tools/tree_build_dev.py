@@ -57,9 +57,9 @@ PROFILE = (
         "      if (lane == w) {  // rescan this lane's slots\n",
     ),
     (
-        "      count = node;\n      __syncwarp();\n    }\n    if (lane == 0) s_count = count + 1;\n  }\n#endif",
+        "      count = node;\n      __syncwarp();\n    }\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
         "      count = node;\n      __syncwarp();\n      prof[4] += clock64() - pc3;\n    }\n"
-        "    prof[5] = clock64() - prof_t0;\n    if (lane == 0) s_count = count + 1;\n  }\n#endif",
+        "    prof[5] = clock64() - prof_t0;\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
     ),
     (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
@@ -72,9 +72,12 @@ PROFILE = (
 
 
 def profile(cells):
-    """Cycle breakdown of the lane-cached kernel (request 0) on the benchmark's inputs."""
-    spec = specs.get("tree_build", "lane_cached")
-    spec = dataclasses.replace(spec, variant="lane_cached_profile", patches=PROFILE)
+    """Cycle breakdown of the lane-cached pop loops (request 0) on the benchmark's inputs."""
+    for name in ("lane_cached", "lane_prefetch"):
+        _profile(dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE), cells)
+
+
+def _profile(spec, cells):
     for bs, B in cells:
         p = tree_build_ops.prepare(spec, *bench_inputs(bs, B))
         p.launch()
@@ -86,6 +89,7 @@ def profile(cells):
         print(
             json.dumps(
                 {
+                    "design": spec.variant,
                     "bs": bs,
                     "B": B,
                     "nodes": int(pos[7]),
@@ -103,6 +107,9 @@ def designs() -> dict[str, specs.KernelSpec]:
     lane = out["lane_cached"]
     out["lane_cached_block32"] = dataclasses.replace(lane, variant="lane_cached_block32", block=32)
     out["lane_cached_block256"] = dataclasses.replace(lane, variant="lane_cached_block256", block=256)
+    out["lane_prefetch"] = dataclasses.replace(
+        lane, variant="lane_prefetch", defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "2"))
+    )
     out["lane_cached_staged_lp"] = dataclasses.replace(
         lane, variant="lane_cached_staged_lp", defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_POP", "1"))
     )
