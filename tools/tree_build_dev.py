@@ -73,7 +73,7 @@ PROFILE = (
 
 def profile(cells):
     """Cycle breakdown of the lane-cached pop loops (request 0) on the benchmark's inputs."""
-    for name in ("lane_cached", "lane_prefetch"):
+    for name in ("lane_cached",):
         _profile(dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE), cells)
 
 
@@ -107,9 +107,6 @@ def designs() -> dict[str, specs.KernelSpec]:
     lane = out["lane_cached"]
     out["lane_cached_block32"] = dataclasses.replace(lane, variant="lane_cached_block32", block=32)
     out["lane_cached_block256"] = dataclasses.replace(lane, variant="lane_cached_block256", block=256)
-    out["lane_prefetch"] = dataclasses.replace(
-        lane, variant="lane_prefetch", defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "2"))
-    )
     out["lane_cached_staged_lp"] = dataclasses.replace(
         lane, variant="lane_cached_staged_lp", defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_POP", "1"))
     )
