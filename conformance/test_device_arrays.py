@@ -65,6 +65,91 @@ def test_tree_build_device_arrays(impl, lib_name):
         run(impl, case.with_args(**{**dev, "top_logp": to_dev(lib, lib_name, bad)}))
 
 
+def _deferred_variant(impl):
+    if impl.kind != "cuda" or "tree_build" not in impl.loaders:
+        pytest.skip(f"{impl.name}: deferred device checks are a path of the CUDA tree_build wrapper")
+    return impl.variant
+
+
+# One bad value per check of TB.1.2-TB.1.3 the device makes: (what to change, the contract's error).
+DEFERRED_BAD = {
+    "nan": (lambda a: a["top_logp"].__setitem__((1, 2, 3), np.nan), r"top_logp: NaN at \(1, 2, 3\)"),
+    "positive": (lambda a: a["top_logp"].__setitem__((0, 0, 0), 0.5), r"top_logp: log-prob > 0 at \(0, 0, 0\)"),
+    "unsorted": (
+        lambda a: a["top_logp"].__setitem__((1, 1, 5), 0.0),
+        r"top_logp: row \[1, 1\] is not non-increasing at rank 5",
+    ),
+    "duplicate_id": (
+        lambda a: a["top_ids"].__setitem__((0, 3, 7), a["top_ids"][0, 3, 2]),
+        r"top_ids: row \[0, 3\] has duplicate token ids",
+    ),
+    "negative_id": (lambda a: a["top_ids"].__setitem__((1, 0, 4), -3), r"top_ids: .*negative"),
+    "negative_root": (lambda a: a["root_tokens"].__setitem__(1, -1), r"root_tokens: .*negative"),
+    "negative_prefix": (lambda a: a["prefix_lens"].__setitem__(0, -2), r"prefix_lens: .*negative"),
+    "context": (lambda a: a["prefix_lens"].__setitem__(1, 262_144 - 20), r"prefix_lens: request 1: .*context limit"),
+}
+
+
+@pytest.mark.spec("TB.4.5")
+@pytest.mark.parametrize("bad", [None, *DEFERRED_BAD])
+def test_tree_build_deferred_checks(impl, bad):
+    """The deferred path: a captured launch gives the checked call's bits; a bad value gets its named error."""
+    from harness import timing
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl)
+    cp = _lib(impl, "cupy")
+    rng = np.random.default_rng(7)
+    args = {
+        "top_logp": hh.logp_rows(rng, (2, 4, 8), "bf16", 0.3),
+        "top_ids": np.stack([np.stack([rng.permutation(500)[:8] for _ in range(4)]) for _ in range(2)]).astype(
+            np.int32
+        ),
+        "root_tokens": np.array([3, 4], np.int32),
+        "budget": 20,
+        "prefix_lens": np.array([0, 9], np.int32),
+    }
+    if bad is not None:
+        change, message = DEFERRED_BAD[bad]
+        change(args)
+        with pytest.raises(InputError, match=message):  # the host-checked call names the same error
+            ops.prepare("tree_build", variant, **args).finish()
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    p = ops.prepare_deferred("tree_build", variant, **dev)
+    try:
+        _, method = timing.device_times_us([p.launch], plan=timing.WARM, policy=timing.Policy(1, 1, 1, 0.0, 1))
+        assert method.startswith("CUDA graph"), f"the deferred launch was not captured: {method}"
+        if bad is not None:
+            with pytest.raises(InputError, match=message):
+                p.results()
+            return
+        got = p.results()
+    finally:
+        p.staging.close()
+    want = ops.function("tree_build", variant)(**args)
+    for f in Tree.FIELDS:
+        assert_bit_exact(to_host("cupy", getattr(got, f)).view(getattr(want, f).dtype), getattr(want, f), what=f,
+                         spec_id="TB.4.5")  # fmt: skip
+
+
+@pytest.mark.spec("TB.4.5")
+def test_tree_build_deferred_refuses_host_arrays_and_full_mask(impl):
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl)
+    cp = _lib(impl, "cupy")
+    lp = np.zeros((1, 2, 3), np.float32)
+    ids = np.arange(6, dtype=np.int32).reshape(1, 2, 3)
+    roots = np.zeros(1, np.int32)
+    with pytest.raises(InputError, match="top_logp: deferred checks take device arrays"):
+        ops.prepare_deferred("tree_build", variant, lp, ids, roots, 4)
+    with pytest.raises(InputError, match="with_full_mask: the FULL_MASK size depends on prefix_lens"):
+        ops.prepare_deferred("tree_build", variant, cp.asarray(lp), cp.asarray(ids), cp.asarray(roots), 4,
+                             with_full_mask=True)  # fmt: skip
+    with pytest.raises(InputError, match=r"top_ids: shape \(1, 2, 2\), expected \(1, 2, 3\)"):
+        ops.prepare_deferred("tree_build", variant, cp.asarray(lp), cp.asarray(ids[:, :, :2]), cp.asarray(roots), 4)
+
+
 @pytest.mark.spec("TA.4.3")
 @pytest.mark.parametrize("lib_name,kv_dtype", [("cupy", "fp32"), ("torch", "fp32"), ("torch", "bf16")])
 def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):

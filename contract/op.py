@@ -91,6 +91,9 @@ class OpContract:
     # arguments the op writes in place; a KDTR op file carries them among its outputs too
     in_place: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()  # what is refused, for the docstring
+    # the checks of check_values that need no array values, and the dims it derives: (args, dims) -> None;
+    # set by ops whose CUDA wrapper offers deferred (on-device) value checks (validate_shapes)
+    check_shapes: Callable[[dict, dict], None] | None = None
 
     # ------------------------------------------------------------------ signature
     @property
@@ -145,12 +148,30 @@ class OpContract:
             if given and len(given) != len(names):
                 missing = [n for n in names if named[n] is None]
                 c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
+        self._check_args(named, dims, values=True)
+        self.check_values(named, dims)
+        return Checked(named, dims)
+
+    def validate_shapes(self, *args, **kwargs) -> Checked:
+        """The checks that read no array values (dtypes, ranks, shapes, limits, scalars), for a caller that
+        checks the values on the device and calls validate() only when that check fails (the arrays may be
+        ArrayInfo); raises InputError naming the argument."""
+        if self.check_shapes is None:
+            raise TypeError(f"{self.slug} has no shape-only validation")
+        named = self.bind(*args, **kwargs)
+        dims: dict[str, Any] = {}
+        self._check_args(named, dims, values=False)
+        self.check_shapes(named, dims)
+        return Checked(named, dims)
+
+    def _check_args(self, named: dict, dims: dict, values: bool) -> None:
+        """The structural pass over every argument, in argument order (arrays' values only when `values`)."""
         for a in self.args:
             v = named[a.name]
             if v is None and a.default is None:
                 continue
             if a.kind == "array":
-                named[a.name] = self._check_array(a, v, dims)
+                named[a.name] = self._check_array(a, v, dims, values)
             elif a.kind == "int":
                 assert a.lo is not None and a.hi is not None, f"{self.slug}.{a.name}: an int argument needs lo and hi"
                 named[a.name] = c.integer(a.name, v, a.lo, a.hi)
@@ -158,11 +179,9 @@ class OpContract:
                 named[a.name] = c.positive_float32(a.name, v)
             elif a.kind == "flag":
                 named[a.name] = c.flag(a.name, v)
-        self.check_values(named, dims)
-        return Checked(named, dims)
 
-    def _check_array(self, a: Arg, v, dims: dict):
-        arr = c.host_array(a.name, v, shape_only=not a.reads_values)
+    def _check_array(self, a: Arg, v, dims: dict, values: bool = True):
+        arr = c.host_array(a.name, v, shape_only=not (values and a.reads_values))
         allowed = [np.dtype(d) if d != "bfloat16" else c.BF16 for d in a.dtypes]
         if a.dtype_symbol and a.dtype_symbol in dims:
             allowed = [dims[a.dtype_symbol]]

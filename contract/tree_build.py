@@ -54,10 +54,22 @@ def full_mask_bytes(prefix_lens: np.ndarray, D: int) -> int:
     return int(D * (int(np.sum(prefix_lens, dtype=np.int64)) + len(prefix_lens) * D))
 
 
-def _check_values(a: dict, dims: dict) -> None:
-    lp, ids = a["top_logp"], a["top_ids"]
+def _dims(a: dict, dims: dict) -> None:
     B = a["budget"]
     dims.update(B=B, D=1 + B, W=(B + 32) // 32, K=min(B, dims["K_in"]))
+
+
+def _check_shapes(a: dict, dims: dict) -> None:
+    """validate_shapes(): the FULL_MASK size reads prefix_lens' values, so deferred checks refuse it."""
+    _dims(a, dims)
+    if a["with_full_mask"]:
+        c.fail("with_full_mask", "the FULL_MASK size depends on prefix_lens' values: deferred checks need False")
+    dims["F"] = 0
+
+
+def _check_values(a: dict, dims: dict) -> None:
+    lp, ids = a["top_logp"], a["top_ids"]
+    _dims(a, dims)
     if np.isnan(lp).any():
         c.fail("top_logp", f"NaN at {c.first_bad(np.isnan(lp))}")
     if (lp > 0).any():
@@ -150,6 +162,7 @@ CONTRACT = OpContract(
     ),
     result=Tree,
     check_values=_check_values,
+    check_shapes=_check_shapes,
     fill_defaults=_defaults,
     errors=(
         "a dtype, rank or shape is wrong, or a dimension is outside its limit;",

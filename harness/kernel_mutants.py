@@ -21,14 +21,31 @@ MUTANTS = {
     ),
     "k_tb_mask_without_self": (
         "tree_build",
-        "for (int j = i; j > 0; j = s_parent[j])",
-        "for (int j = s_parent[i]; j > 0; j = s_parent[j])",
+        "      acc |= 1u << (j & 31);\n",
+        "      if (j != i || j == 0) acc |= 1u << (j & 31);\n",
     ),
     "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {"),
     "k_tb_full_mask_offset": (
         "tree_build",
         "(long long)D * D * b + (long long)D * s_prefix_sum",
         "(long long)D * D * b + s_prefix_sum",
+    ),
+    # tree_build:lane_cached (KDTR_TB_POP = 1): the cached lane bests, the key order, the rescan, the ties
+    "k_tb_lane_child_not_compared": (  # a lane keeps its stale best when it receives a better first child
+        "tree_build",
+        "(bj < 0 || s3 > bs || (s3 == bs && before(s3, m3, bs, bm, words, nwords)))",
+        "(bj < 0)",
+    ),
+    "k_tb_lane_signed_zero_key": (  # -0.0 keyed below +0.0: equal scores ordered by sign, not by rank tuple
+        "tree_build",
+        "__double_as_longlong(s == 0.0 ? 0.0 : s)",
+        "__double_as_longlong(s)",
+    ),
+    "k_tb_lane_rescan_skips_last": ("tree_build", "for (int j = 0; j < n; ++j) {", "for (int j = 0; j < n - 1; ++j) {"),
+    "k_tb_lane_tie_first_lane": (  # equal scores in several lanes: the lowest lane wins, whatever its tuple
+        "tree_build",
+        "if (tied & (tied - 1)) {  // equal scores",
+        "if (false) {  // equal scores",
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (

@@ -57,6 +57,13 @@ class DeviceArray:
         return ArrayInfo(self.shape, self.dtype)
 
 
+def device_only(arg: str, x) -> DeviceArray:
+    """A caller's CUDA array, for paths that take device arrays only (tree_build's deferred checks)."""
+    if not is_device_array(x):
+        raise InputError(f"{arg}: deferred checks take device arrays (cupy, torch), got {type(x).__name__}")
+    return DeviceArray(x, arg)
+
+
 def _c_strides(shape, itemsize):
     out, acc = [], itemsize
     for n in reversed(shape):

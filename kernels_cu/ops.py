@@ -35,3 +35,9 @@ def function(slug: str, variant: str, **knobs):
 def prepare(slug: str, variant: str, *args, **kwargs):
     """A validated call on the device, for benchmarks: `.launch()`, `.sync()`, `.results()`, `.finish()`."""
     return _module(slug).prepare(specs.get(slug, variant), *args, **kwargs)
+
+
+def prepare_deferred(slug: str, variant: str, *args, **kwargs):
+    """A call on device-resident inputs with the value checks on the device (tree_build only, spec TB.4.5):
+    `.launch()` is capturable, `.check()` raises the contract's error when the device check failed."""
+    return _module(slug).prepare_deferred(specs.get(slug, variant), *args, **kwargs)

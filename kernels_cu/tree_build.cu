@@ -17,6 +17,10 @@
 // no NaN, limits. full_mask == nullptr skips the (opt-in) FULL_MASK layout.
 #include "tree_build.cuh"
 
+#ifndef KDTR_TB_POP
+#define KDTR_TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (see the pop loops)
+#endif
+
 namespace {
 
 constexpr int kRanksPerWord = kTreeBuildRanksPerWord;
@@ -46,6 +50,25 @@ __device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uin
     if (wa != wb) return wa < wb;
   }
   return a.depth < b.depth;
+}
+
+// ---- the lane-cached pop (KDTR_TB_POP = 1) ---------------------------------------------------------------
+// A frontier entry as (score, meta): meta packs parent (11 bits), rank (10 bits) and depth (6 bits).
+__device__ __forceinline__ int pack_meta(int parent, int rank, int depth) {
+  return parent | (rank << 11) | (depth << 21);
+}
+__device__ __forceinline__ Entry unpack(double s, int m) {
+  return Entry{s, int16_t(m & 2047), int16_t((m >> 11) & 1023), int16_t(m >> 21), 0};
+}
+// Does (sa, ma) pop before (sb, mb)? The same total order as better(), on packed entries.
+__device__ __forceinline__ bool before(double sa, int ma, double sb, int mb, const uint64_t* words, int nwords) {
+  return better(unpack(sa, ma), unpack(sb, mb), words, nwords);
+}
+// An unsigned key whose order is the score order: -0.0 and +0.0 (equal scores, ordered by rank tuple) get
+// one key, so lanes whose bests tie in score tie in key and go to the tuple comparison.
+__device__ __forceinline__ uint64_t order_key(double s) {
+  const uint64_t u = uint64_t(__double_as_longlong(s == 0.0 ? 0.0 : s));
+  return (u >> 63) ? ~u : (u | (1ull << 63));
 }
 
 }  // namespace
@@ -115,6 +138,7 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
   }
   __syncthreads();
 
+#if KDTR_TB_POP == 0
   // ---- the pops: warp 0 only ----------------------------------------------------------------------------
   if (tid < 32) {
     const int lane = tid;
@@ -184,6 +208,95 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
     }
     if (lane == 0) s_count = count + 1;
   }
+#elif KDTR_TB_POP == 1
+  // ---- the pops: warp 0 only, each lane caching the best of its own slots ---------------------------------
+  // A pop is two warp max-reductions of the lanes' 64-bit keys, a ballot, and the broadcast of the winner's
+  // entry; no lane scans the whole frontier. Only the popping lane rescans its own slots (at most
+  // 1 + ceil(B/32)); the lane that receives the new first child compares it with its cached best.
+  if (tid < 32) {
+    const int lane = tid;
+    double* f_score = reinterpret_cast<double*>(frontier);                      // [32 * slots]
+    int* f_meta = reinterpret_cast<int*>(f_score + 32 * tree_build_lane_slots(B));  // [32 * slots]
+    int n = 0;          // entries in this lane's slots (slots j*32 + lane, j < n)
+    int bj = -1;        // the slot of this lane's best entry, -1 when the lane is empty
+    double bs = 0.0;    // its score
+    int bm = 0;         // its meta
+    int count = 0, rr = 1;  // nodes popped; the lane that gets the next first child
+    if (B > 0 && L > 0 && K > 0) {
+      const double s0 = double(lp[0]);  // float(lp[0][0]); never an addition (keeps -0.0)
+      if (s0 != -CUDART_INF && lane == 0) {
+        n = 1; bj = 0; bs = s0; bm = pack_meta(0, 0, 1);
+        f_score[0] = s0; f_meta[0] = bm;
+      }
+    }
+    while (count < B) {
+      const uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
+      const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
+      const unsigned mhi = __reduce_max_sync(0xffffffffu, hi);
+      if (mhi == 0u) break;  // the frontier is empty
+      const unsigned mlo = __reduce_max_sync(0xffffffffu, hi == mhi ? lo : 0u);
+      unsigned tied = __ballot_sync(0xffffffffu, hi == mhi && lo == mlo);
+      int w = __ffs(tied) - 1;
+      double es = __shfl_sync(0xffffffffu, bs, w);
+      int em = __shfl_sync(0xffffffffu, bm, w);
+      if (tied & (tied - 1)) {  // equal scores in several lanes: the rank tuples decide (warp-uniform loop)
+        for (tied &= tied - 1; tied; tied &= tied - 1) {
+          const int o = __ffs(tied) - 1;
+          const double os = __shfl_sync(0xffffffffu, bs, o);
+          const int om = __shfl_sync(0xffffffffu, bm, o);
+          if (before(os, om, es, em, words, nwords)) { w = o; es = os; em = om; }
+        }
+      }
+      const Entry e = unpack(es, em);
+      const int node = count + 1;
+      for (int x = lane; x < nwords; x += 32)
+        words[node * nwords + x] = words[e.parent * nwords + x] | rank_bits(e.depth, e.rank, x);
+      if (lane == 0) {
+        s_parent[node] = e.parent; s_depth[node] = e.depth; s_rank[node] = e.rank; s_score[node] = e.score;
+        if (s_last[e.parent] < 0) s_first[e.parent] = node; else s_next[s_last[e.parent]] = node;
+        s_last[e.parent] = node;
+      }
+      const float* row = lp + size_t(e.depth - 1) * lp_stride;
+      const bool has2 = e.rank + 1 < K;
+      const double s2 = has2 ? __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]))
+                             : -CUDART_INF;
+      const bool has3 = e.depth < L;
+      const double s3 = has3 ? __dadd_rn(e.score, double(lp[size_t(e.depth) * lp_stride])) : -CUDART_INF;
+      const int m3 = pack_meta(node, 0, e.depth + 1);
+      __syncwarp();  // the new node's tuple words are visible before any tie comparison below
+      if (lane == w) {  // the popped slot takes the next sibling, or the lane's last entry
+        const int j = bj;
+        if (s2 != -CUDART_INF) {
+          f_score[j * 32 + lane] = s2; f_meta[j * 32 + lane] = pack_meta(e.parent, e.rank + 1, e.depth);
+        } else {
+          n -= 1;
+          f_score[j * 32 + lane] = f_score[n * 32 + lane]; f_meta[j * 32 + lane] = f_meta[n * 32 + lane];
+        }
+      }
+      if (s3 != -CUDART_INF) {
+        if (lane == rr) {
+          f_score[n * 32 + lane] = s3; f_meta[n * 32 + lane] = m3;
+          n += 1;
+          if (lane != w && (bj < 0 || s3 > bs || (s3 == bs && before(s3, m3, bs, bm, words, nwords)))) {
+            bj = n - 1; bs = s3; bm = m3;
+          }
+        }
+        rr = (rr + 1) & 31;
+      }
+      if (lane == w) {  // rescan this lane's slots
+        bj = -1;
+        for (int j = 0; j < n; ++j) {
+          const double sc = f_score[j * 32 + lane];
+          const int mc = f_meta[j * 32 + lane];
+          if (bj < 0 || sc > bs || (sc == bs && before(sc, mc, bs, bm, words, nwords))) { bj = j; bs = sc; bm = mc; }
+        }
+      }
+      count = node;
+      __syncwarp();
+    }
+    if (lane == 0) s_count = count + 1;
+  }
+#endif
   __syncthreads();
 
   // ---- outputs, all threads -----------------------------------------------------------------------------
@@ -203,15 +316,23 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
     positions[row0 + i] = P + d;
     first_child[row0 + i] = s_first[i];
     next_sibling[row0 + i] = s_next[i];
+    // Row i word by word from the top down, in one walk up the ancestor chain (indices only decrease):
+    // stores only, since a read-modify-write of global memory per ancestor waits a round trip each time.
+    // Real rows see themselves and their ancestors; pads the root and themselves only.
     uint32_t* vrow = visibility + (row0 + i) * W;
-    for (int w = 0; w < W; ++w) vrow[w] = 0u;
-    if (real) {
-      for (int j = i; j > 0; j = s_parent[j]) vrow[j >> 5] |= 1u << (j & 31);
-      vrow[0] |= 1u;
-    } else {  // pads see the root and themselves only
-      vrow[0] |= 1u;
-      vrow[i >> 5] |= 1u << (i & 31);
+    int cw = i >> 5;
+    for (int w = W - 1; w > cw; --w) vrow[w] = 0u;
+    uint32_t acc = 0u;
+    for (int j = i;;) {
+      for (const int jw = j >> 5; cw > jw; --cw) {
+        vrow[cw] = acc;
+        acc = 0u;
+      }
+      acc |= 1u << (j & 31);
+      if (j == 0) break;
+      j = real ? s_parent[j] : 0;
     }
+    vrow[0] = acc;
   }
   if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in
   __syncthreads();  // visibility rows of this request are complete (block-local global writes)
@@ -227,4 +348,47 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
       out[c] = j < 0 ? uint8_t(1) : uint8_t((vrow[j >> 5] >> (j & 31)) & 1u);
     }
   }
+}
+
+// Deferred checks (tree_build_ops.prepare_deferred, spec TB.4.5): the contract's value checks of one request
+// on the device, so that a call on device-resident inputs needs no host copy and can be graph-captured.
+// Any failure sets *flag; the host reads the flag after the call and only then copies the inputs and runs
+// the contract's validate(), which raises the named error (the messages are written once, in the contract).
+// grid = bs, block = KDTR_BLOCK; the build kernel runs after it whatever the flag (it stays in bounds on any
+// values) and its outputs are never handed out when the flag is set.
+constexpr int kCheckTable = 2048;  // open addressing for one row's ids
+static_assert(kCheckTable >= 2 * KDTR_MAX_TOPK, "the id table must stay at most half full");
+
+extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_check_kernel(
+    const float* __restrict__ top_logp, const int* __restrict__ top_ids, const int* __restrict__ root_tokens,
+    const int* __restrict__ prefix_lens, int L, int K_in, int B, unsigned* __restrict__ flag) {
+  __shared__ int table[kCheckTable];
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const float* lp = top_logp + size_t(b) * L * K_in;
+  const int* ids = top_ids + size_t(b) * L * K_in;
+  bool bad = false;
+  for (int k = tid; k < L * K_in; k += blockDim.x) {  // NaN, > 0, rows non-increasing, ids >= 0
+    const float v = lp[k];
+    bad |= v != v || v > 0.f || (k % K_in > 0 && v > lp[k - 1]) || ids[k] < 0;
+  }
+  if (tid == 0)  // root token, prefix length, context limit (prefix_len + D)
+    bad |= root_tokens[b] < 0 || prefix_lens[b] < 0 || (long long)prefix_lens[b] + 1 + B > KDTR_MAX_CONTEXT;
+  for (int d = 0; d < L && K_in > 1; ++d) {  // distinct ids per row
+    for (int i = tid; i < kCheckTable; i += blockDim.x) table[i] = -1;
+    __syncthreads();
+    for (int r = tid; r < K_in; r += blockDim.x) {
+      const int id = ids[size_t(d) * K_in + r];
+      if (id < 0) continue;  // flagged above
+      for (unsigned h = (unsigned(id) * 2654435761u) & (kCheckTable - 1);; h = (h + 1) & (kCheckTable - 1)) {
+        const int old = atomicCAS(&table[h], -1, id);
+        if (old == -1) break;
+        if (old == id) {
+          bad = true;
+          break;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (bad) atomicOr(flag, 1u);
 }

@@ -9,6 +9,12 @@ constexpr int kTreeBuildRankBits = 10;
 static_assert(KDTR_MAX_TOPK <= (1 << kTreeBuildRankBits), "a rank must fit its 10-bit field");
 static_assert(KDTR_MAX_TREE <= 32767, "frontier entries hold node indices in int16");
 
+// The frontier's slots: lane l of warp 0 owns slots j*32 + l, j < tree_build_lane_slots(B). The lane-cached
+// pop (KDTR_TB_POP = 1) puts every new sibling in the popping lane's freed slot and deals first children out
+// round robin, so a lane never holds more than 1 + ceil(B/32) entries; the scan pop (KDTR_TB_POP = 0) uses
+// the first D slots as one array (32 * slots >= D + 31).
+KDTR_HD constexpr int tree_build_lane_slots(int B) { return (B + 31) / 32 + 2; }
+
 // Byte offsets of the arrays in dynamic shared memory (16-byte entries first, then 8-byte, then 4-byte
 // arrays: every array stays aligned), and the total.
 struct TreeBuildSmem {
@@ -22,8 +28,9 @@ KDTR_HD constexpr int tree_build_rank_words(int L) {
 KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp) {
   const long long D = B + 1;
   TreeBuildSmem s{};
-  s.frontier = 0;                                       // Entry [D], 16 bytes each
-  s.words = s.frontier + D * 16;                        // uint64 [D * rank words]
+  const long long F = 32LL * tree_build_lane_slots(B);  // frontier slots (>= D)
+  s.frontier = 0;                                       // [F] slots of 16 bytes (Entry, or score + meta)
+  s.words = s.frontier + F * 16;                        // uint64 [D * rank words]
   s.score = s.words + D * tree_build_rank_words(L) * 8;  // double [D]
   s.parent = s.score + D * 8;                           // int [D] each below
   s.depth = s.parent + D * 4;

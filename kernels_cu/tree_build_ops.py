@@ -1,14 +1,30 @@
 """Launch of a tree_build kernel spec: validation by the contract (on host copies of device inputs), the
-geometry from the kernel's own header (through its query kernel), buffers, the launch, the results."""
+geometry from the kernel's own header (through its query kernel), buffers, the launch, the results.
+
+`prepare_deferred` is the capturable path for device-resident inputs (spec TB.4.5): the contract's
+shape-only checks on the host, its value checks on the device (tree_build_check_kernel, an error flag), and
+the contract's full validate() on host copies only when the flag is set, when the results are read."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from contract import TREE_BUILD, Tree
+from contract.checks import is_device_array
 
 from . import geometry, runtime
-from .arrays import Prepared, Staging, call_args, launch_kernel, run, split_args
+from .arrays import (
+    DeviceArray,
+    Prepared,
+    Staging,
+    call_args,
+    check,
+    device_only,
+    driver,
+    launch_kernel,
+    run,
+    split_args,
+)
 from .specs import KernelSpec
 
 
@@ -18,7 +34,67 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     checked = TREE_BUILD.validate(**host)
     if dev["prefix_lens"] is None:  # the contract's default (zeros), staged from the host
         dev["prefix_lens"] = checked.args["prefix_lens"]
-    bs, L, K_in, B, F = (checked.dims[k] for k in ("bs", "L", "K_in", "B", "F"))
+    st, _, launch, collect = _setup(spec, lib, like, dev, checked.dims)
+    return Prepared(st, launch, collect)
+
+
+class Deferred(Prepared):
+    """A prepared call whose value checks run on the device: `launch()` enqueues the flag's reset, the check
+    kernel and the build (no host work: capturable); `check()` reads the flag and, when it is set, raises the
+    contract's error for these inputs; `results()` and `finish()` check first."""
+
+    def __init__(self, staging, launch, collect, check_fn):
+        super().__init__(staging, launch, lambda: (check_fn(), collect())[1])
+        self.check = check_fn
+
+
+def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+    """Set up a tree_build call on device-resident inputs (cupy, torch) with the value checks on the device.
+    The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare() would,
+    from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens)."""
+    named = TREE_BUILD.bind(*args, **kwargs)
+    dev: dict[str, object] = {}
+    infos: dict[str, object] = {}
+    lib, like = None, None
+    for a in TREE_BUILD.args:
+        x = named[a.name]
+        if a.kind != "array" or x is None:
+            infos[a.name] = x
+            continue
+        d = device_only(a.name, x)
+        lib, like, dev[a.name], infos[a.name] = d.lib, x, d, d.info()
+    dims = TREE_BUILD.validate_shapes(**infos).dims
+    if named["prefix_lens"] is None:
+        dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
+    st, ins, build, collect = _setup(spec, lib, like, dev, dims)
+    try:
+        flag = st.scratch(4)
+    except BaseException:
+        st.close()
+        raise
+    L, K_in, B = (np.int32(dims[k]) for k in ("L", "K_in", "B"))
+
+    def launch():
+        check(driver().cuMemsetD32Async(flag, 0, 1, st.g.stream.handle))
+        launch_kernel(spec, dims["bs"], 0, *ins, L, K_in, B, flag, entry="tree_build_check_kernel")
+        build()
+
+    def check_flag():
+        st.g.stream.sync()
+        got = np.zeros(1, np.uint32)
+        check(driver().cuMemcpyDtoH(got.ctypes.data, flag, 4))
+        if got[0]:
+            host = {k: DeviceArray(v, k).host() if is_device_array(v) else v for k, v in named.items()}
+            TREE_BUILD.validate(**host)  # raises the named error
+            raise RuntimeError("tree_build: the device check flagged inputs that the contract accepts")
+
+    return Deferred(st, launch, collect, check_flag)
+
+
+def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
+    """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
+    collect)."""
+    bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
     stage_policy = int(spec.all_defines()["KDTR_TB_STAGE_LP"])
     smem, lp_in_smem = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), stage_policy)
     st = Staging(lib, like)
@@ -27,7 +103,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
         ins = [st.input(dev[k]) for k in ("top_logp", "top_ids", "root_tokens", "prefix_lens")]
         outs = {}
         for o in TREE_BUILD.outputs:
-            shape = tuple(checked.dims[s] if isinstance(s, str) else s for s in o.shape)
+            shape = tuple(dims[s] if isinstance(s, str) else s for s in o.shape)
             outs[o.name] = st.output(shape, np.uint8 if o.dtype == "bool" else o.dtype)
     except BaseException:
         st.close()
@@ -42,7 +118,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
             res["full_mask"] = res["full_mask"].view(bool)
         return Tree(**res)
 
-    return Prepared(st, lambda: launch_kernel(spec, bs, smem, *args), collect)
+    return st, ins, lambda: launch_kernel(spec, bs, smem, *args), collect
 
 
 def bind(spec: KernelSpec):

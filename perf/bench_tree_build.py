@@ -1,16 +1,21 @@
 """tree_build: the CUDA kernel against the CPU builders a user runs instead, on the same inputs in one run.
-L = 15 (the DFlash-b16 drafters), K_in = B, prefix_lens = 0.
+L = 15 (the DFlash-b16 drafters; also L = 32 at B = 64), K_in = B, prefix_lens = 0.
 
 GPU cases (bs x B): the kernel's device time with the L2 flushed before each launch (inputs this small
 cannot be rotated through 100 MB), and as warm graph replays (the number kernels_cu/PERF_NOTES.md tracks);
 each registered CPU builder (harness/bench/cpu_builders.py) alone and with the host<->device copies a
 CPU build adds (top-k down, every layout up); speedup = comparator median / kernel median.
+Beside them, end to end (host clock, synchronised): the kernel's whole call on device-resident inputs (the
+wrapper, its validation and the launch), and each CPU builder as a serving engine runs it (top-k copied
+device -> host, the build, every layout copied host -> device). The CPU builders run once per cell (every
+kernel variant's case carries the same numbers); a CPU call over 1 s is timed once.
 CPU cases (small grid, any machine): each CPU builder alone, timed by pytest-benchmark (host time is the
 quantity there).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -25,35 +30,62 @@ from reference import tree_build as ref
 
 pytestmark = pytest.mark.perf
 L = 15
-GRID = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256)]
+BATCHES = (1, 4, 16, 64, 256, 1024)
+GRID = [(bs, B, L) for B in (16, 64, 256, 1024) for bs in BATCHES] + [(bs, 64, 32) for bs in BATCHES]
 QUICK = {(1, 16), (64, 16), (1, 64), (64, 64), (256, 64), (16, 256)}
 GATE = {(1, 16), (64, 16), (1, 64), (64, 64), (16, 256)}  # the regression gate's reruns (--perf-stage gate)
 CPU_GRID = [(bs, B) for B in (16, 64, 256) for bs in (1, 16)]
+CPU_CAP_S = 1.0  # a CPU builder's call longer than this is timed once (the stage must fit its time)
 
 
 def _params(grid):
     out = []
-    for bs, B in grid:
-        marks = [pytest.mark.perf_stage("build", *(["gate"] if (bs, B) in GATE else []))]
-        if (bs, B) not in QUICK:
+    for bs, B, depth in grid:
+        quick = (bs, B) in QUICK and depth == L
+        marks = [pytest.mark.perf_stage("build", *(["gate"] if quick and (bs, B) in GATE else []))]
+        if not quick:
             marks.append(pytest.mark.perf_full)
-        out.append(pytest.param(bs, B, id=f"bs{bs}-B{B}", marks=marks))
+        out.append(pytest.param(bs, B, depth, id=f"bs{bs}-B{B}" + (f"-L{depth}" if depth != L else ""), marks=marks))
     return out
 
 
-def inputs(bs, B, seed=0):
+def inputs(bs, B, seed=0, depth=L):
+    """bf16-quantized log-prob rows (ties common), distinct token ids per row."""
     rng = np.random.default_rng(seed)
-    lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)
-    ids = np.stack([np.stack([rng.choice(160_000, B, replace=False) for _ in range(L)]) for _ in range(bs)])
+    lp = hh.logp_rows(rng, (bs, depth, B), "bf16", 0.0)
+    ids = (rng.integers(0, 160_000, (bs, depth, 1)) + 37 * np.arange(B)) % 160_000  # distinct: 37 * B < 160000
     return lp, ids.astype(np.int32), rng.integers(0, 160_000, bs).astype(np.int32), B, np.zeros(bs, np.int32)
+
+
+@functools.cache
+def _case(bs, B, depth):
+    """The inputs of a cell and the tree they must give (the C++ builder's when built, bit-exact with the
+    reference by the engine's conformance, else the reference's: its numpy layouts take seconds at bs 1024)."""
+    args = inputs(bs, B, depth=depth)
+    try:
+        want = cpu_builders.BUILDERS["cpp_mt"](*args)()
+    except Unavailable:
+        want = ref.tree_build(*args)
+    return args, want
 
 
 def tree_nbytes(tree) -> int:
     return sum(np.asarray(getattr(tree, f)).nbytes for f in Tree.FIELDS)
 
 
-def time_cpu_builders(args, policy, copies_us=None) -> dict:
-    """Every registered CPU builder on `args`: its time, or why it could not run; with copies when given."""
+def _capped(fn, policy) -> tuple[list[float], str]:
+    """Host times of fn: one call when it takes over CPU_CAP_S, else the policy's repetitions."""
+    t = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t
+    if first > CPU_CAP_S:
+        return [first * 1e6], f"one call (over the {CPU_CAP_S:g} s cap of the stage), host clock"
+    return timing.host_times_us(fn, policy), "host clock"
+
+
+def time_cpu_builders(args, policy, serving=False) -> dict:
+    """Every registered CPU builder on `args`: its time, or why it could not run; with `serving`, also end to
+    end as a serving engine runs it (`<name>+copies`: top-k down, the build, every layout up, synchronised)."""
     out = {}
     for name, make in cpu_builders.BUILDERS.items():
         note = cpu_builders.NOTES[name]
@@ -62,24 +94,51 @@ def time_cpu_builders(args, policy, copies_us=None) -> dict:
         except Unavailable as e:
             out[name] = record.comparator(error=str(e), note=note)
             continue
-        samples = timing.host_times_us(fn, policy)
-        out[name] = record.comparator(timing.summary(samples, where="host", method="host clock"), note=note)
-        if copies_us is not None:
-            both = [s + copies_us for s in samples]
+        samples, method = _capped(fn, policy)
+        out[name] = record.comparator(timing.summary(samples, where="host", method=method), note=note)
+        if serving:
+            e2e, method = transfers.serving_e2e_us(make, args, policy, cap_s=CPU_CAP_S)
             out[f"{name}+copies"] = record.comparator(
-                timing.summary(both, where="host", method=f"host clock + median copies {copies_us:.1f} us"),
-                note=note + "; plus top-k device->host and every layout host->device (pageable)",
+                timing.summary(e2e, where="host", method=method),
+                note=note + "; end to end: top-k device->host, the build, every layout host->device, synchronised",
             )
     return out
 
 
+@functools.cache
+def _comparators(bs, B, depth, policy) -> dict:
+    """The CPU side of a cell, measured once for all kernel variants."""
+    args, want = _case(bs, B, depth)
+    copies = timing.summary(
+        transfers.round_trip_us(args[0].nbytes + args[1].nbytes, tree_nbytes(want), policy),
+        where="host",
+        method="host clock, synchronous copies, pageable memory",
+    )
+    comps = time_cpu_builders(args, policy, serving=True)
+    comps["copies_only"] = record.comparator(copies, note="the copies alone (no build)")
+    return comps
+
+
+def device_e2e(variant, args, policy) -> dict:
+    """The kernel's whole call (wrapper, validation, launch, synchronised) on device-resident inputs (cupy)."""
+    try:
+        import cupy
+    except ImportError as e:
+        return {"error": f"cupy unavailable: {e}"}
+    from kernels_cu import ops
+
+    fn = ops.function("tree_build", variant)
+    lp, ids, roots, B, pre = (cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    samples = timing.host_times_us(lambda: fn(lp, ids, roots, B, pre), policy)
+    return timing.summary(samples, where="host", method="host clock, the op on cupy inputs, outputs on the device")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", targets.variants("tree_build"))
-@pytest.mark.parametrize("bs,B", _params(GRID))
-def test_tree_build(benchmark, ceilings, perf_policy, cpu_policy, with_comparators, bs, B, variant):
-    args = inputs(bs, B)
-    benchmark.group = f"tree_build B={B} {variant}"
-    want = ref.tree_build(*args)
+@pytest.mark.parametrize("bs,B,depth", _params(GRID))
+def test_tree_build(benchmark, ceilings, perf_policy, cpu_policy, with_comparators, bs, B, depth, variant):
+    args, want = _case(bs, B, depth)
+    benchmark.group = f"tree_build B={B} L={depth} {variant}"
     p = targets.prepare("tree_build", variant, *args)
     try:
         p.launch()
@@ -96,25 +155,20 @@ def test_tree_build(benchmark, ceilings, perf_policy, cpu_policy, with_comparato
         warm, warm_method = timing.device_times_us([p.launch], plan=timing.WARM, policy=perf_policy)
     finally:
         p.finish()
-    comps = {}
-    if with_comparators:
-        copies = timing.summary(
-            transfers.round_trip_us(args[0].nbytes + args[1].nbytes, out_bytes, cpu_policy),
-            where="host",
-            method="host clock, synchronous copies, pageable memory",
-        )
-        comps = time_cpu_builders(args, cpu_policy, copies["median_us"])
-        comps["copies_only"] = record.comparator(copies, note="the copies alone (no build)")
+    comps = _comparators(bs, B, depth, cpu_policy) if with_comparators else {}
     record.put(
         benchmark,
         op="tree_build",
         impl=f"cuda:{variant}",
-        shape={"bs": bs, "B": B, "L": L, "K_in": B},
+        shape={"bs": bs, "B": B, "L": depth, "K_in": B},
         time=timing.summary(dev, method=f"{method}; {plan.describe(in_bytes + out_bytes)}"),
         bytes_moved=in_bytes + out_bytes,
         ceilings=ceilings.as_dict(),
         comparators=comps,
-        extra={"warm_graph": timing.summary(warm, method=f"{warm_method}; {timing.WARM.describe(0)}")},
+        extra={
+            "warm_graph": timing.summary(warm, method=f"{warm_method}; {timing.WARM.describe(0)}"),
+            "e2e_device_inputs": device_e2e(variant, args, cpu_policy) if with_comparators else {},
+        },
     )
 
 

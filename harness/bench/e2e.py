@@ -128,6 +128,11 @@ def _comparator_by_bs(cases, op, name, match):
     return _by_bs(cases, op, "cuda", match, median)
 
 
+def default_depth(shape: dict) -> bool:
+    """A tree_build case at the drafters' depth L = 15 (the grid also has L = 32 cells at B = 64)."""
+    return int(shape.get("L", 15)) == 15
+
+
 def nearest(values, want):
     return min(values, key=lambda v: (abs(math.log(v) - math.log(want)), v)) if values else None
 
@@ -138,7 +143,7 @@ def op_sources(cases: list[dict], model: Model, a: Assumptions) -> dict:
     builds = [c for c in cases if c.get("op") == "tree_build"]
     Bs = sorted({int(c["shape"]["B"]) for c in builds})
     Bm = B if B in Bs else nearest(Bs, B)
-    same_B = lambda s: int(s.get("B", -1)) == Bm
+    same_B = lambda s: int(s.get("B", -1)) == Bm and default_depth(s)
     src = {
         "tree_build kernel": _by_bs(cases, "tree_build", "cuda", same_B),
         "python heapq + copies": _comparator_by_bs(cases, "tree_build", "python_heapq+copies", same_B),

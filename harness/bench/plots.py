@@ -54,7 +54,7 @@ def _save(fig, out: pathlib.Path, name: str, rect=(0, 0, 1, 1)) -> str:
 
 
 def tree_build(cases, out: pathlib.Path, plt) -> dict:
-    gpu = [c for c in cases if c["op"] == "tree_build" and c["impl"] == "cuda"]
+    gpu = [c for c in cases if c["op"] == "tree_build" and c["impl"] == "cuda" and e2e.default_depth(c["shape"])]
     if not gpu:
         return {}
     by_B = collections.defaultdict(list)

@@ -149,7 +149,8 @@ def _comparator_names(cases) -> list[str]:
 
 def tree_build_section(cases, plots: dict) -> list[str]:
     gpu = sorted((c for c in cases if c["op"] == "tree_build" and c["impl"] == "cuda"),
-                 key=lambda c: (c["shape"]["B"], c["shape"]["bs"], c.get("variant", "")))  # fmt: skip
+                 key=lambda c: (c["shape"].get("L", 15), c["shape"]["B"], c["shape"]["bs"],
+                                c.get("variant", "")))  # fmt: skip
     cpu = sorted((c for c in cases if c["op"] == "tree_build" and c["impl"] != "cuda"),
                  key=lambda c: (c["impl"], c["shape"]["B"], c["shape"]["bs"]))  # fmt: skip
     if not gpu and not cpu:
@@ -160,21 +161,24 @@ def tree_build_section(cases, plots: dict) -> list[str]:
         timed = [n for n in names if any("time" in c["comparators"].get(n, {}) for c in gpu)]
         lines += [
             "Kernel: device time, median (p10–p90) µs, L2 flushed before each launch; warm graph = replays of the "
-            "same inputs (L2 warm). Comparators on the CPU, same inputs, same run; `+copies` adds the top-k "
-            "device→host and every layout host→device. Speedup = comparator median / kernel median.",
+            "same inputs (L2 warm); e2e = the whole call on device-resident inputs (wrapper, validation, launch, "
+            "synchronised; host clock). Comparators on the CPU, same inputs, same run; `+copies` = end to end as a "
+            "serving engine runs it (top-k device→host, the build, every layout host→device, synchronised). "
+            "Speedup = comparator median / kernel median.",
             "",
-            "| bs | B | variant | kernel µs | warm graph µs | " + " | ".join(f"{n} µs" for n in timed)
+            "| bs | B | L | variant | kernel µs | warm graph µs | e2e µs | " + " | ".join(f"{n} µs" for n in timed)
             + " | " + " | ".join(f"× vs {n}" for n in timed if n != "copies_only") + " |",
-            "|---|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
+            "|---|---|---|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
         ]  # fmt: skip
         for c in gpu:
             s = c["shape"]
             warm = (c.get("extra") or {}).get("warm_graph")
+            e2e_dev = (c.get("extra") or {}).get("e2e_device_inputs") or {}
             cells = [fmt_time(c["comparators"].get(n, {}).get("time")) for n in timed]
             sp = [fmt(c["speedups"].get(n)) for n in timed if n != "copies_only"]
             lines.append(
-                f"| {s['bs']} | {s['B']} | {c.get('variant') or '—'} | {fmt_time(c['time'])} | "
-                f"{fmt(warm['median_us']) if warm else '—'} | "
+                f"| {s['bs']} | {s['B']} | {s.get('L', '—')} | {c.get('variant') or '—'} | {fmt_time(c['time'])} | "
+                f"{fmt(warm['median_us']) if warm else '—'} | {fmt(e2e_dev.get('median_us'))} | "
                 + " | ".join(cells) + " | " + " | ".join(sp) + " |"
             )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]

@@ -1,0 +1,203 @@
+"""tree_build kernel development timing on a GPU (not part of the test suite): every design side by side in one
+process, the registered variants and the design alternatives kept only here (same source, other defines or
+block), each checked bit-exact against the reference on the timed inputs first.
+
+  python3 tools/tree_build_dev.py time [--quick] [--json F]   # µs per launch, warm CUDA-graph replays
+  python3 tools/tree_build_dev.py profile                      # clock64() cycle breakdown of the pop loop
+
+Inputs are the benchmark's (perf/bench_tree_build.py: bf16-quantized log-probs, L = 15, K_in = B), plus the
+drafter-like peaked rows of `peaked_inputs` (one confident token per depth). Times are CUDA-event medians of
+graph replays of the same inputs (L2 warm), the number kernels_cu/PERF_NOTES.md tracks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from harness import strategies as hh
+from harness import timing
+from harness.compare import assert_bit_exact
+from kernels_cu import specs, tree_build_ops
+from reference import tree_build as ref
+
+# clock64() marks in the lane-cached pop loop (source patches, as the harness's kernel mutants are): thread 0
+# of request 0 writes cycles into positions[0, :8] = [before the pops, winner found, node recorded, new
+# entries placed, rescan + loop end, pops total, whole kernel, nodes]; segments summed over the pops.
+PROFILE = (
+    (
+        "  const int tid = threadIdx.x;\n",
+        "  const int tid = threadIdx.x;\n  const long long prof_t0 = clock64();\n"
+        "  long long prof[6] = {0, 0, 0, 0, 0, 0};\n",
+    ),
+    (
+        "    while (count < B) {\n      const uint64_t key = bj",
+        "    prof[0] = clock64() - prof_t0;\n    while (count < B) {\n      const long long pc0 = clock64();\n"
+        "      const uint64_t key = bj",
+    ),
+    (
+        "      const Entry e = unpack(es, em);\n",
+        "      const Entry e = unpack(es, em);\n      const long long pc1 = clock64();\n      prof[1] += pc1 - pc0;\n",
+    ),
+    (
+        "      __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n",
+        "      __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n"
+        "      const long long pc2 = clock64();\n      prof[2] += pc2 - pc1;\n",
+    ),
+    (
+        "      if (lane == w) {  // rescan this lane's slots\n",
+        "      const long long pc3 = clock64();\n      prof[3] += pc3 - pc2;\n"
+        "      if (lane == w) {  // rescan this lane's slots\n",
+    ),
+    (
+        "      count = node;\n      __syncwarp();\n    }\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
+        "      count = node;\n      __syncwarp();\n      prof[4] += clock64() - pc3;\n    }\n"
+        "    prof[5] = clock64() - prof_t0;\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
+    ),
+    (
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+        "  __syncthreads();\n  if (tid == 0 && b == 0) {\n"
+        "    for (int k = 0; k < 6; ++k) positions[k] = int(prof[k]);\n"
+        "    positions[6] = int(clock64() - prof_t0);\n    positions[7] = n;\n  }\n"
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+    ),
+)
+
+
+def profile(cells):
+    """Cycle breakdown of the lane-cached pop loops (request 0) on the benchmark's inputs."""
+    for name in ("lane_cached",):
+        _profile(dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE), cells)
+
+
+def _profile(spec, cells):
+    for bs, B in cells:
+        p = tree_build_ops.prepare(spec, *bench_inputs(bs, B))
+        p.launch()
+        p.launch()
+        pos = np.asarray(p.finish().positions)[0, :8].astype(np.int64)
+        pops = max(int(pos[7]) - 1, 1)
+        names = ("before pops", "winner", "record+scores", "insert", "rescan+sync", "pops total", "kernel")
+        per = {k: int(v) for k, v in zip(names, pos[:7])}
+        print(
+            json.dumps(
+                {
+                    "design": spec.variant,
+                    "bs": bs,
+                    "B": B,
+                    "nodes": int(pos[7]),
+                    "cycles": per,
+                    "per_pop": {k: round(per[k] / pops, 1) for k in names[1:5]},
+                }
+            ),
+            flush=True,
+        )
+
+
+def designs() -> dict[str, specs.KernelSpec]:
+    """The registered variants, and alternatives measured here only (what PERF_NOTES.md reports)."""
+    out = {s.variant: s for s in specs.for_op("tree_build")}
+    lane = out["lane_cached"]
+    out["lane_cached_block32"] = dataclasses.replace(lane, variant="lane_cached_block32", block=32)
+    out["lane_cached_block256"] = dataclasses.replace(lane, variant="lane_cached_block256", block=256)
+    out["lane_cached_staged_lp"] = dataclasses.replace(
+        lane, variant="lane_cached_staged_lp", defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_POP", "1"))
+    )
+    return out
+
+
+def bench_inputs(bs, B, L=15, seed=0):
+    """The benchmark's log-prob rows (perf/bench_tree_build.py), with cheaper distinct ids per row."""
+    rng = np.random.default_rng(seed)
+    lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)
+    ids = (rng.integers(0, 160_000, (bs, L, 1)) + 37 * np.arange(B)) % 160_000
+    return lp, ids.astype(np.int32), rng.integers(0, 160_000, bs).astype(np.int32), B, np.zeros(bs, np.int32)
+
+
+def peaked_inputs(bs, B, L=15, seed=1):
+    """Drafter-like rows: a confident rank 0 (log-prob near 0), the rest far below, bf16-quantized."""
+    rng = np.random.default_rng(seed)
+    top = -rng.exponential(0.05, (bs, L, 1))
+    rest = np.log(rng.dirichlet(np.full(B, 0.3), (bs, L)) + 1e-30)[..., : B - 1] - 3.0
+    raw = np.concatenate([top, rest], axis=-1).astype(np.float32)
+    import ml_dtypes
+
+    raw = raw.astype(ml_dtypes.bfloat16).astype(np.float32)
+    lp = -np.sort(-raw, axis=-1)
+    lp = np.minimum(lp, np.float32(0))
+    _, ids, roots, _, pre = bench_inputs(bs, B, L)
+    return lp.astype(np.float32), ids, roots, B, pre
+
+
+def expected(args, ds):
+    """The reference's tree, or for large cells (the numpy layouts take minutes there) the committed
+    heap_smem kernel's, which the conformance suite certifies bit-exact."""
+    bs, B = args[0].shape[0], args[3]
+    if bs * B <= 16 * 1024:
+        return ref.tree_build(*args)
+    p = tree_build_ops.prepare(ds["heap_smem"], *args)
+    p.launch()
+    return p.finish()
+
+
+def time_one(spec, args, want, policy) -> float:
+    p = tree_build_ops.prepare(spec, *args)
+    try:
+        p.launch()
+        got = p.results()
+        for f in ("parents", "scores", "visibility", "first_child", "next_sibling"):
+            assert_bit_exact(getattr(got, f), getattr(want, f), what=f"{spec.variant} {f}", spec_id="TB.2.3")
+        dev, _ = timing.device_times_us([p.launch], plan=timing.WARM, policy=policy)
+    finally:
+        p.finish()
+    return timing.summary(dev)["median_us"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["time", "profile"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args(argv)
+    policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
+    grid = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256, 1024)]
+    if a.quick:
+        grid = [(1, 64), (64, 64), (256, 64), (1, 1024)]
+    if a.what == "profile":
+        profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
+        return
+    rows = []
+    ds = designs()
+    for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
+        for bs, B in grid:
+            if kind == "peaked" and bs not in (1, 64):
+                continue
+            args = make(bs, B)
+            row = {"inputs": kind, "bs": bs, "B": B}
+            want = expected(args, ds)
+            for name, spec in ds.items():
+                try:
+                    row[name] = round(time_one(spec, args, want, policy), 2)
+                except Exception as e:  # a design that fails is reported, not hidden
+                    row[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    names = list(ds)
+    print("\n| inputs | bs | B | " + " | ".join(names) + " |")
+    print("|---|---|---|" + "---|" * len(names))
+    for r in rows:
+        print(f"| {r['inputs']} | {r['bs']} | {r['B']} | " + " | ".join(str(r[n]) for n in names) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
