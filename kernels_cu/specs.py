@@ -104,6 +104,19 @@ SPECS: tuple[KernelSpec, ...] = (
         extra_entries=("tree_verify_f32_kernel", "tree_verify_combine_bf16_kernel", "tree_verify_combine_f32_kernel"),
         knobs=("split_chunk",),
     ),
+    KernelSpec(
+        "tree_verify",
+        "sm90a",
+        "Hopper wgmma for S and P·V, TMA copies of the paged cache into a 2-stage mbarrier ring, a producer and "
+        "two consumer warpgroups; bf16 with page sizes 8, 16, 32 or multiples of 64 (other calls are served by "
+        "portable); split-KV as portable, merged by portable's combine kernel",
+        "tree_verify_sm90a.cu",
+        "tree_verify_sm90a_kernel",
+        "tree_verify_geometry_kernel",
+        384,  # tv::kSm90aThreads (the wrapper launches with the header's value)
+        archs=("sm_90a",),
+        knobs=("split_chunk",),
+    ),
 )
 
 
