@@ -305,6 +305,8 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       for (int e = 0; e < 32; ++e) o[n][e] *= alpha[(e >> 1) & 1];
 
     // O += P·V: 4 k-steps of 16 keys (P's accumulator layout is the A-fragment layout), 4 slabs of 64 columns.
+    // V is MN-major: one instruction spans one 64-column slab (one swizzle atom wide), so only the stride
+    // between 8-key row groups (1024 bytes) is used; both offsets of the descriptor carry it.
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -312,7 +314,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
                              pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]), pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7])};
 #pragma unroll
       for (int n = 0; n < 4; ++n)
-        wgmma_rs(o[n], a, desc_sw128(sK + (half * 4 + n) * kSlab + kk * 16 * 128, kSlab, 1024));
+        wgmma_rs(o[n], a, desc_sw128(sK + (half * 4 + n) * kSlab + kk * 16 * 128, 1024, 1024));
     }
     wg_commit();
     wg_wait0();

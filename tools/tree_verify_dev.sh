@@ -31,10 +31,12 @@ for s in $STAGES; do case $s in
       -p no:cacheprovider --report-dir "$OUT/logs/conformance" &
     [ "${MUTANTS:-1}" = 0 ] || stage kernel_mutants 270 $PY -m pytest meta/test_kernel_mutants.py -k k_tv -n 8 -q \
       -p no:cacheprovider --report-dir "$OUT/logs/mutants" &
-    ( for tool in memcheck racecheck initcheck synccheck; do
-        stage "sanitizer_$tool" 70 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-          $PY tools/tree_verify_dev.py sanitize
-      done ) &
+    for v in portable sm90a; do  # each variant's kernels (sm90a's fp32 / odd-page calls run portable's)
+      ( for tool in memcheck racecheck initcheck synccheck; do
+          stage "sanitizer_${v}_$tool" 70 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+            $PY tools/tree_verify_dev.py sanitize --variant "$v"
+        done ) &
+    done
     wait
     grep -E '^\| k_tv|^## Mutants' "$OUT/logs/mutants/conformance.md" 2>/dev/null | tee -a "$OUT/summary.txt" ;;
   time)
