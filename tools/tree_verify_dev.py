@@ -272,15 +272,13 @@ def ceilings():
     return copy, mm
 
 
-VERSUS_CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk): memory-bound, compute-bound, batched, split forced
-    (1, 1, 64, 32768, "bf16", None),
-    (8, 1, 64, 32768, "bf16", None),
-    (32, 1, 128, 8192, "bf16", None),
-    (1, 16, 64, 32768, "bf16", None),
-    (1, 64, 64, 32768, "bf16", None),
-    (1, 16, 128, 32768, "bf16", None),
-    (8, 16, 64, 8192, "bf16", None),
+VERSUS_CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk): compute-bound first, then memory-bound
     (8, 64, 128, 8192, "bf16", None),
+    (1, 16, 64, 32768, "bf16", None),
+    (32, 1, 128, 8192, "bf16", None),
+    (1, 1, 64, 32768, "bf16", None),
+    (8, 16, 64, 8192, "bf16", None),
+    (1, 64, 64, 32768, "bf16", None),
 ]
 
 
