@@ -7,7 +7,8 @@ Shapes (bf16, page 64, a DDTree-shaped tree of Q nodes replicated over the batch
 - TP shards (memory-bound): H in {8, 16}, Q in {1, 4}, bs 128, prefix 8k; the budget sweep: Q = 1 + B for
   B in {16, ..., 1024}, prefix 8k, bs 8, H in {64, 128}; FlexAttention on four shapes (stage verify_sweep).
 Useful FLOPs = 2·H·Σ_q(prefix + visible tree rows)·(576 + 512); bytes = cache rows read once + q + out.
-Each grid and sweep shape times both kernel variants (`portable`, and `sm90a` where the GPU is an sm_90);
+Each grid and sweep shape times every kernel variant in the default selection (`portable`, and `sm90a` on an
+sm_90 once it is in the default selection: kernels_cu/specs.py);
 the comparators run once per shape, beside `portable`.
 Each implementation's output is spot-checked (request 0, first and last queries) against a float32
 attention before it is timed; a comparator that would not fit in free memory, or runs out, says so.
@@ -24,6 +25,7 @@ from harness import strategies as hh
 from harness import timing
 from harness.bench import record, targets
 from harness.bench import verify_baselines as vb
+from kernels_cu import specs
 from reference import tree_build, tree_verify
 
 pytestmark = pytest.mark.perf
@@ -55,7 +57,7 @@ def sweep_params():
     return out + [_param(*s, "verify_sweep", quick=s[1] in (17, 257)) for s in SWEEP]
 
 
-VARIANTS = ("portable", "sm90a")
+VARIANTS = tuple(s.variant for s in specs.for_op("tree_verify") if s.default)
 
 
 def _variant_runs_here(variant):

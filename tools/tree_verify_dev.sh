@@ -27,7 +27,7 @@ for s in $STAGES; do case $s in
   smoke) stage smoke 120 $PY tools/tree_verify_dev.py smoke ;;
   check)
     stage conformance 270 $PY -m pytest conformance/test_tree_verify.py conformance/test_fixtures.py \
-      conformance/test_kernels_build.py meta/test_kernel_geometry.py --impl cuda --require-gpu -n 6 -q \
+      conformance/test_kernels_build.py meta/test_kernel_geometry.py --impl cuda --impl cuda:sm90a --require-gpu -n 6 -q \
       -p no:cacheprovider --report-dir "$OUT/logs/conformance" &
     [ "${MUTANTS:-1}" = 0 ] || stage kernel_mutants 270 $PY -m pytest meta/test_kernel_mutants.py -k k_tv -n 8 -q \
       -p no:cacheprovider --report-dir "$OUT/logs/mutants" &
