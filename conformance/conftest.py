@@ -17,3 +17,16 @@ def impl(request):
         missing = i.missing_tool and request.config.getoption("--require-tools")
         (pytest.fail if missing else pytest.skip)(f"{i.name}: {i.why_not}")
     return i
+
+
+@pytest.fixture(autouse=True)
+def _served_by(request):
+    """Which kernel spec served this test's calls (a variant may hand cases it does not take to another):
+    recorded for the conformance report."""
+    from kernels_cu import tree_verify_ops
+
+    tree_verify_ops.take_served()
+    yield
+    served = tree_verify_ops.take_served()
+    if served:
+        request.node.user_properties.append(("served_by", served))

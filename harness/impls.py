@@ -127,10 +127,12 @@ def names() -> list[str]:
 
 
 def expand(selected: list[str] | None) -> list[str]:
-    """--impl values to implementation names: none = all; `cuda` = every variant; `cuda:NAME` = one."""
+    """--impl values to implementation names: none = all; `cuda` = every variant in the default selection
+    (kernels_cu/specs.py: a variant not yet proven on a GPU is left out); `cuda:NAME` = one."""
     out = []
+    default_cuda = [f"cuda:{v}" for v in specs.variants(default_only=True)]
     for s in selected or KINDS:
-        out += [n for n in names() if n.split(":")[0] == s] if s == "cuda" else [s]
+        out += default_cuda if s == "cuda" else [s]
     unknown = [n for n in out if n not in names()]
     if unknown:
         raise ValueError(f"--impl: unknown implementation {', '.join(unknown)} (have: {', '.join(names())}, cuda)")

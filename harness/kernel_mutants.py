@@ -1,5 +1,7 @@
 """Deliberately broken CUDA kernels: each is a source patch on the op's kernel build specs (every variant of
 that source), so the cache key hashes the patched source and nothing in kernels_cu knows about mutants.
+An entry is (op, old, new) for the op's main source kernels_cu/<op>.cu, or (op, old, new, source) for
+another source of the op (the sm90a variant's kernels_cu/tree_verify_sm90a.cu).
 
 A pytest plugin: `pytest -p harness.kernel_mutants --kernel-mutant NAME ...` swaps the patched specs in
 before collection. meta/test_kernel_mutants.py runs the op's conformance tests with --impl cuda against each
@@ -12,7 +14,7 @@ import dataclasses
 
 from kernels_cu import specs
 
-MUTANTS = {
+MUTANTS: dict[str, tuple[str, ...]] = {
     "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;"),
     "k_tb_reassociated_sibling": (
         "tree_build",
@@ -110,6 +112,83 @@ MUTANTS = {
     ),
 }
 
+SM90A = "tree_verify_sm90a.cu"
+# tree_verify, variant sm90a: the same bugs in its own source, and the ones its machinery makes possible
+MUTANTS |= {
+    "k_tv90_mask_transposed": (
+        "tree_verify",
+        "tree_bit(vis_b, W, qi[h], p - P)",
+        "tree_bit(vis_b, W, p - P, qi[h])",
+        SM90A,
+    ),
+    "k_tv90_tree_rows_shifted": (
+        "tree_verify",
+        "(p < P || tree_bit(vis_b, W, qi[h], p - P))",
+        "(p < P || (p > P && tree_bit(vis_b, W, qi[h], p - P - 1)))",
+        SM90A,
+    ),
+    "k_tv90_tile_key_cap_off_by_one": (
+        "tree_verify",
+        "if (ke > static_cast<long long>(P) + i_max + 1) ke = static_cast<long long>(P) + i_max + 1;",
+        "if (ke > static_cast<long long>(P) + i_max) ke = static_cast<long long>(P) + i_max;",
+        SM90A,
+    ),
+    "k_tv90_block_table_of_request0": (
+        "tree_verify",
+        "const int* bt = block_table + static_cast<size_t>(b) * max_pages;",
+        "const int* bt = block_table;",
+        SM90A,
+    ),
+    "k_tv90_running_max_not_rescaled": (
+        "tree_verify",
+        "for (int e = 0; e < 32; ++e) o[n][e] *= alpha[(e >> 1) & 1];",
+        "for (int e = 0; e < 32; ++e) o[n][e] *= 1.f;",
+        SM90A,
+    ),
+    "k_tv90_lse_without_scale": (
+        "tree_verify",
+        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] + logf(l);",
+        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] / scale + logf(l);",
+        SM90A,
+    ),
+    "k_tv90_split_lse_without_scale": (
+        "tree_verify",
+        "part_lse[off * QH + R] = l > 0.f ? m_run[h] + logf(l) : neg_inf();",
+        "part_lse[off * QH + R] = l > 0.f ? m_run[h] / scale + logf(l) : neg_inf();",
+        SM90A,
+    ),
+    "k_tv90_tail_rows_not_zeroed": (  # rows past prefix_len + Q in the last page reach P·V (0 x NaN)
+        "tree_verify",
+        "if (k0 + kBN > kend) {  // last block",
+        "if (false) {  // last block",
+        SM90A,
+    ),
+    "k_tv90_unmasked_boundary_block": (  # the prefix fast path taken by a block holding tree rows
+        "tree_verify",
+        "k0 + kBN <= kend && k0 + kBN <= P;",
+        "k0 + kBN <= kend && k0 <= P;",
+        SM90A,
+    ),
+    "k_tv90_keys_before_split_seen": (  # the first block's keys before the split start counted twice
+        "tree_verify",
+        "(p >= kbeg && p < kend && (p < P",
+        "(p < kend && (p < P",
+        SM90A,
+    ),
+    "k_tv90_q_tile_unswizzled": (
+        "tree_verify",
+        "r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;",
+        "r * 128 + ((c & 7) << 4)) = v;",
+        SM90A,
+    ),
+    "k_tv90_v_columns_of_first_half": (
+        "tree_verify",
+        "desc_sw128(sK + (half * 4 + n) * kSlab",
+        "desc_sw128(sK + n * kSlab",
+        SM90A,
+    ),
+}
+
 
 # Every thread of every block spins ~20000 SM cycles (about 10 µs at the H200's 1.98 GHz) before its work.
 SPIN = "{ const long long t0 = clock64(); while (clock64() - t0 < 20000) { } }  // planted slowdown\n"
@@ -128,8 +207,9 @@ def mutated_specs(name: str) -> list[specs.KernelSpec]:
     matches the source: checked when the spec is compiled)."""
     if name not in MUTANTS and name not in SLOWDOWNS:
         raise ValueError(f"--kernel-mutant {name!r} names no kernel mutant or slowdown")
-    slug, old, new = MUTANTS.get(name) or SLOWDOWNS[name]
-    return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug)]
+    slug, old, new, *rest = MUTANTS.get(name) or SLOWDOWNS[name]
+    source = rest[0] if rest else f"{slug}.cu"
+    return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug) if s.source == source]
 
 
 def pytest_addoption(parser):

@@ -36,6 +36,7 @@ class _Collector:
         self.rows: dict[tuple[str, str, str], dict] = {}
         self.resources: dict[str, dict] = {}
         self.mutants: dict[str, dict] = {}
+        self.served: collections.Counter = collections.Counter()  # "requested -> served (inputs)": calls
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
         self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
         self.skips: collections.Counter = collections.Counter()  # every skipped test's reason (spec'd or not)
@@ -51,6 +52,8 @@ class _Collector:
                 self.mutants.update(value)
             elif key == "worker_gpu":
                 self.workers[value[0]] = value[1]
+            elif key == "served_by":
+                self.served.update(value)
         outcome = _outcome(report)
         if outcome is None:
             return
@@ -146,6 +149,7 @@ class _Collector:
             "rows": rows,
             "kernel_resources": [self.resources[k] for k in sorted(self.resources)],
             "mutants": self.mutants,
+            "served_by": dict(sorted(self.served.items())),
         }
 
 
@@ -229,6 +233,15 @@ def render_markdown(data: dict) -> str:
         ]
         for name, v in sorted(data["mutants"].items()):
             lines.append(f"| {name} | {v['by'] if v['killed'] else '**survived**'} |")
+    if data.get("served_by"):
+        lines += [
+            "",
+            "## Which kernel spec served the calls",
+            "",
+            "| requested -> served (inputs) | calls |",
+            "|---|---|",
+        ]
+        lines += [f"| {k} | {n} |" for k, n in data["served_by"].items()]
     return "\n".join(lines) + "\n"
 
 

@@ -172,6 +172,7 @@ class Prepared:
 
     def __init__(self, staging, launch, collect):
         self.staging, self.launch, self._collect = staging, launch, collect
+        self.served_by: str | None = None  # the kernel spec that runs, where a variant hands calls to another
 
     def sync(self):
         self.staging.g.stream.sync()

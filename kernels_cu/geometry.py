@@ -112,7 +112,7 @@ def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0) -> dict[st
     return dict(zip(names, (int(x) for x in out)))
 
 
-def tree_verify_variant(dtype_name: str) -> int:
-    """Variant id of the header for 'bf16' or 'fp32' inputs."""
+def tree_verify_variant(kernel: str) -> int:
+    """Variant id of the header for the portable kernel's 'bf16' or 'fp32' path, or the 'sm90a' kernel."""
     g = tree_verify(1, 1, 0)
-    return g["variant_bf16" if dtype_name == "bf16" else "variant_f32"]
+    return g[{"bf16": "variant_bf16", "sm90a": "variant_sm90a"}.get(kernel, "variant_f32")]

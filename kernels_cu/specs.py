@@ -39,6 +39,9 @@ class KernelSpec:
     knobs: tuple[str, ...] = ()
     # (old, new) text replacements applied to the source: only the harness's deliberately broken kernels
     patches: tuple[tuple[str, str], ...] = ()
+    # in the `cuda` selection (--impl cuda, the perf grid); a variant not yet proven on a GPU runs only when
+    # named (--impl cuda:VARIANT)
+    default: bool = True
 
     @property
     def name(self) -> str:
@@ -119,6 +122,20 @@ SPECS: tuple[KernelSpec, ...] = (
         extra_entries=("tree_verify_f32_kernel", "tree_verify_combine_bf16_kernel", "tree_verify_combine_f32_kernel"),
         knobs=("split_chunk",),
     ),
+    KernelSpec(
+        "tree_verify",
+        "sm90a",
+        "Hopper wgmma for S and P·V, TMA copies of the paged cache into a 2-stage mbarrier ring, a producer and "
+        "two consumer warpgroups; bf16 with page sizes 8, 16, 32 or multiples of 64 (other calls are served by "
+        "portable); split-KV as portable, merged by portable's combine kernel",
+        "tree_verify_sm90a.cu",
+        "tree_verify_sm90a_kernel",
+        "tree_verify_geometry_kernel",
+        384,  # tv::kSm90aThreads (the wrapper launches with the header's value)
+        archs=("sm_90a",),
+        knobs=("split_chunk",),
+        default=False,  # not yet run on a GPU: selected by name only
+    ),
 )
 
 
@@ -126,8 +143,9 @@ def for_op(slug: str) -> list[KernelSpec]:
     return [s for s in SPECS if s.slug == slug]
 
 
-def variants() -> list[str]:
-    return list(dict.fromkeys(s.variant for s in SPECS))
+def variants(default_only: bool = False) -> list[str]:
+    """Variant names (of every op), or only those in the default `cuda` selection."""
+    return list(dict.fromkeys(s.variant for s in SPECS if s.default or not default_only))
 
 
 def get(slug: str, variant: str) -> KernelSpec:

@@ -15,14 +15,26 @@
 namespace tv {
 
 // Variants. kBf16: bf16 operands on tensor cores (mma.sync m16n8k16, fp32 accumulation); kF32: fp32 on CUDA
-// cores (TV.2.1's tolerance is below what TF32 operands give).
+// cores (TV.2.1's tolerance is below what TF32 operands give); kSm90a: bf16 on Hopper's warpgroup MMA with
+// TMA copies of the paged cache and warp specialisation (kernels_cu/tree_verify_sm90a.cu).
 constexpr int kBf16 = 0;
 constexpr int kF32 = 1;
+constexpr int kSm90a = 2;
 
 constexpr int kHeadDim = 576;  // c_kv 512 ‖ k_pe 64 (and q_nope·W_UK 512 ‖ q_pe 64)
 constexpr int kLatent = 512;   // V = the first 512 columns of the same cache rows
-constexpr int kThreads = 256;  // 8 warps per CTA, both variants
-constexpr int kBlockN = 32;    // keys per KV block (one pass of S, softmax, P·V)
+constexpr int kThreads = 256;  // 8 warps per CTA, both portable variants
+constexpr int kBlockN = 32;    // keys per KV block of the portable variants (one pass of S, softmax, P·V)
+
+// sm90a: a producer warpgroup (one thread issues the TMA copies) and two consumer warpgroups, each owning
+// 256 of the 512 output columns of the same 64 rows; 64-key blocks in kSm90aStages shared-memory stages.
+// Tiles are stored as TMA's 128-byte swizzle writes them: 9 slabs of 64 columns (128 bytes per row), each
+// slab 64 rows x 128 bytes, so a q or KV tile is 9 x 8192 bytes and every slab starts 1024-byte aligned.
+constexpr int kSm90aThreads = 384;
+constexpr int kSm90aBlockN = 64;
+constexpr int kSm90aStages = 2;
+constexpr int kSm90aSlabBytes = 64 * 128;
+constexpr int kSm90aTileBytes = 9 * kSm90aSlabBytes;
 
 // Split-KV rule (flash-decoding). A request is split into chunks of `split_chunk` keys; the default chunk
 // depends on the request's own key count and on the call's Q·H only, never on the rest of the batch, so a
@@ -36,9 +48,11 @@ constexpr long long kMinChunk = 512;
 constexpr int kCombineThreads = 256;
 constexpr int kCombineRows = kCombineThreads / 32;
 
-TV_HD constexpr int m_tile(int v) { return v == kBf16 ? 64 : 32; }  // (query, head) rows per CTA
-TV_HD constexpr int kv_stages(int v) { return v == kBf16 ? 2 : 1; }  // KV blocks in shared memory
-TV_HD constexpr int elem_bytes(int v) { return v == kBf16 ? 2 : 4; }
+TV_HD constexpr int m_tile(int v) { return v == kF32 ? 32 : 64; }  // (query, head) rows per CTA
+TV_HD constexpr int kv_stages(int v) { return v == kF32 ? 1 : (v == kSm90a ? kSm90aStages : 2); }
+TV_HD constexpr int elem_bytes(int v) { return v == kF32 ? 4 : 2; }
+TV_HD constexpr int threads(int v) { return v == kSm90a ? kSm90aThreads : kThreads; }
+TV_HD constexpr int block_n(int v) { return v == kSm90a ? kSm90aBlockN : kBlockN; }  // default chunks: whole blocks
 // Row pitch of the q and KV tiles in elements: 16 bytes of padding per 576-wide row puts consecutive rows 16
 // bytes apart modulo 128, so the 8 row addresses of an ldmatrix phase (bf16) or 8 float4 loads (fp32) hit
 // 8 different bank groups.
@@ -56,8 +70,14 @@ TV_HD constexpr int smem_kv_stage_bytes(int v) { return kBlockN * row_pitch(v) *
 TV_HD constexpr int smem_s_offset(int v) { return smem_kv_offset(v) + kv_stages(v) * smem_kv_stage_bytes(v); }
 TV_HD constexpr int smem_p_offset(int v) { return smem_s_offset(v) + s_parts(v) * m_tile(v) * s_pitch(v) * 4; }
 TV_HD constexpr int smem_stats_offset(int v) { return smem_p_offset(v) + m_tile(v) * p_pitch(v) * elem_bytes(v); }
-// alpha (the per-block rescale), then the final l of every row
-TV_HD constexpr int smem_bytes(int v) { return smem_stats_offset(v) + 2 * m_tile(v) * 4; }
+// sm90a: the q tile, the KV stages, then the full and empty mbarrier of each stage (8 bytes each); the
+// kernel rounds the dynamic shared-memory base up to 1024 bytes (the swizzle atom), hence the slack.
+TV_HD constexpr int sm90a_bar_offset() { return (1 + kSm90aStages) * kSm90aTileBytes; }
+TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + 2 * kSm90aStages * 8 + 1024; }
+// portable: alpha (the per-block rescale), then the final l of every row
+TV_HD constexpr int smem_bytes(int v) {
+  return v == kSm90a ? sm90a_smem_bytes() : smem_stats_offset(v) + 2 * m_tile(v) * 4;
+}
 
 TV_HD constexpr long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
@@ -69,7 +89,7 @@ TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, 
   const long long want = ceil_div(kTargetCtas, row_tiles(rows, v));  // splits wanted for this request
   const long long most = n_keys / kMinChunk;                           // splits of at least kMinChunk keys
   const long long n = want < most ? want : (most > 1 ? most : 1);
-  return ceil_div(ceil_div(n_keys, n), kBlockN) * kBlockN;  // whole key blocks
+  return ceil_div(ceil_div(n_keys, n), block_n(v)) * block_n(v);  // whole key blocks
 }
 
 // Split s of a request covers keys [s·chunk, min((s+1)·chunk, n_keys)).
@@ -81,16 +101,16 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 // names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule.
 #define TV_GEOMETRY_FIELDS                                                                                   \
   "variant_bf16 variant_f32 threads block_n combine_threads combine_rows m_tile kv_stages smem_bytes "       \
-  "row_tiles split_chunk n_splits combine_blocks"
-constexpr int kGeometryFields = 13;
+  "row_tiles split_chunk n_splits combine_blocks variant_sm90a"
+constexpr int kGeometryFields = 14;
 constexpr int kGeometryStride = 16;  // values per argument set in the device query kernel's output
 
 TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long long chunk, long long* out) {
   const long long c = chunk > 0 ? chunk : default_split_chunk(n_keys, rows, v);
   out[0] = kBf16;
   out[1] = kF32;
-  out[2] = kThreads;
-  out[3] = kBlockN;
+  out[2] = threads(v);
+  out[3] = block_n(v);
   out[4] = kCombineThreads;
   out[5] = kCombineRows;
   out[6] = m_tile(v);
@@ -100,6 +120,7 @@ TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long 
   out[10] = c;
   out[11] = n_splits(n_keys, c);
   out[12] = combine_blocks(rows);
+  out[13] = kSm90a;
 }
 
 }  // namespace tv

@@ -1,6 +1,11 @@
-"""Launch of a tree_verify kernel spec (kernels_cu/tree_verify.cu, variant "portable"): validation by the
-contract (on host copies of the index arrays and the mask; q and the cache by shape and dtype alone), the
-launch geometry and the split-KV plan from the kernel's header (kernels_cu/geometry.py), buffers, launches.
+"""Launch of a tree_verify kernel spec (kernels_cu/tree_verify.cu, variant "portable"; kernels_cu/
+tree_verify_sm90a.cu, variant "sm90a"): validation by the contract (on host copies of the index arrays and
+the mask; q and the cache by shape and dtype alone), the launch geometry and the split-KV plan from the
+kernel's header (kernels_cu/geometry.py), buffers, launches.
+
+The sm90a kernel takes bf16 inputs whose page size TMA boxes can tile (SM90A_PAGE_SIZES); any other call of
+that variant is served by the portable kernel (`served_by` names the spec that ran). Its cache is passed as a
+TMA descriptor (a CUtensorMap encoded here, copied to the device with the call's other inputs).
 
 Split-KV: request b's keys are cut into chunks of `split_chunk` keys (default: the header's rule, from the
 request's own length and Q·H); a request with one chunk is written by the attention kernel directly, the
@@ -9,17 +14,72 @@ others get partial-output slots that the combine kernel merges in chunk order.
 
 from __future__ import annotations
 
+import collections
+
 import numpy as np
 
 from contract import BF16, TREE_VERIFY, InputError, Verified, limits
 from contract.checks import integer
 
-from . import geometry
+from . import geometry, specs
 from .arrays import Prepared, Staging, call_args, check_aligned, launch_kernel, run, split_args
 from .specs import KernelSpec
 
 _ENTRIES = {"bf16": ("tree_verify_bf16_kernel", "tree_verify_combine_bf16_kernel"),
-            "fp32": ("tree_verify_f32_kernel", "tree_verify_combine_f32_kernel")}  # fmt: skip
+            "fp32": ("tree_verify_f32_kernel", "tree_verify_combine_f32_kernel"),
+            "sm90a": ("tree_verify_sm90a_kernel", "tree_verify_combine_bf16_kernel")}  # fmt: skip
+PORTABLE = "portable"
+SM90A = "sm90a"
+# Which spec served the calls of which spec, per input kind, since the last take_served() (the conformance
+# report lists it, so a case that fell back from sm90a to portable says so).
+_SERVED: collections.Counter = collections.Counter()
+
+
+def take_served() -> dict[str, int]:
+    """{"requested -> served (dtype, page P)": calls} since the last call, and reset."""
+    out = {f"{a} -> {b} ({dt}, page {ps})": n for (a, b, dt, ps), n in sorted(_SERVED.items())}
+    _SERVED.clear()
+    return out
+
+
+def sm90a_takes(dtype_name: str, page_size: int) -> bool:
+    """Whether the sm90a kernel serves a call: bf16, and a page size whose pages (or 64-row pieces of them)
+    tile its 64-key blocks with TMA boxes of a multiple of 8 rows (the 128-byte swizzle atom)."""
+    return dtype_name == "bf16" and (page_size % 64 == 0 or page_size in (8, 16, 32))
+
+
+def served_by(spec: KernelSpec, dtype_name: str, page_size: int) -> KernelSpec:
+    """The spec that runs a call for `spec`: the sm90a variant hands what it does not take to portable."""
+    if spec.variant == SM90A and not sm90a_takes(dtype_name, page_size):
+        return specs.get(spec.slug, PORTABLE)
+    return spec
+
+
+def kv_tensor_map(kv_ptr: int, num_pages: int, page_size: int) -> np.ndarray:
+    """The sm90a kernel's TMA descriptor of the cache, [pages][page_size][576] bf16 (innermost first below),
+    128-byte swizzle, boxes of 64 columns x min(page_size, 64) rows of one page; as its 128 raw bytes."""
+    from cuda.bindings import driver
+
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    row = limits.HEAD_DIM * 2
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        3,
+        kv_ptr,
+        [u64(limits.HEAD_DIM), u64(page_size), u64(num_pages)],
+        [u64(row), u64(row * page_size)],
+        [u32(64), u32(min(page_size, 64)), u32(1)],
+        [u32(1), u32(1), u32(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"kv_cache: cuTensorMapEncodeTiled failed: {err.name}")
+    return np.array([int(x) for x in tmap.opaque], np.uint64)
+
+
 MAX_GRID_Y = 65535  # splits per request (grid y)
 # The partial outputs of split requests are fp32 [slots, Q·H, 512]: bounded so that a tiny forced chunk
 # on a long prefix is refused rather than asked of the device allocator.
@@ -28,7 +88,8 @@ MAX_PARTIAL_BYTES = 8 << 30
 
 def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None):
     """(chunk per request, first partial slot per request, partial slots, splits of the longest request).
-    A request with one split needs no slot (its slot entry is 0 and unused)."""
+    A request with one split needs no slot (its slot entry is 0 and unused). dtype_name is the kernel:
+    'bf16', 'fp32' or 'sm90a'."""
     var = geometry.tree_verify_variant(dtype_name)
     chunk = np.empty(len(prefix_lens), np.int64)
     first = np.zeros(len(prefix_lens), np.int64)
@@ -60,6 +121,10 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     if lib == "cupy" and dtype == BF16:
         raise InputError("q: cupy has no bfloat16 arrays; pass bf16 inputs as torch tensors or numpy arrays")
     name = "bf16" if dtype == BF16 else "fp32"
+    requested, spec = spec, served_by(spec, name, d["page_size"])
+    _SERVED[(requested.name, spec.name, name, d["page_size"])] += 1
+    if spec.variant == SM90A:
+        name = SM90A
     geo = geometry.tree_verify(1, Q * H, geometry.tree_verify_variant(name))
     chunk, first, slots, most = split_plan(a["prefix_lens"], Q, H, name, split_chunk)
     if most > MAX_GRID_Y:
@@ -72,6 +137,8 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     try:
         st.sync_before()
         ins = [st.input(dev[k]) for k in ("q", "kv_cache", "block_table", "prefix_lens", "visibility")]
+        if name == SM90A:  # the kernel reads the cache through its TMA descriptor
+            ins[1] = st.input(kv_tensor_map(ins[1], d["num_pages"], d["page_size"]))
         chunk_ptr, first_ptr = st.input(chunk), st.input(first)
         out = st.output((bs, Q, H, limits.LATENT), dtype)
         lse = st.output((bs, Q, H), np.float32)
@@ -98,13 +165,17 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     grid = (geo["row_tiles"], most, bs)
     combine_args = (part_o, part_lse, chunk_ptr, first_ptr, ins[3], np.int32(Q), np.int32(H), out[1], lse[1])
 
+    combine_spec = specs.get(spec.slug, PORTABLE) if name == SM90A else spec  # one combine kernel for both
+
     def launch():
         launch_kernel(spec, grid, geo["smem_bytes"], *args, entry=attention, block=geo["threads"])
         if slots:
             blocks = (geo["combine_blocks"], bs, 1)
-            launch_kernel(spec, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
+            launch_kernel(combine_spec, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
 
-    return Prepared(st, launch, lambda: Verified(st.result(out[0]), st.result(lse[0])))
+    prepared = Prepared(st, launch, lambda: Verified(st.result(out[0]), st.result(lse[0])))
+    prepared.served_by = spec.name
+    return prepared
 
 
 def bind(spec: KernelSpec, split_chunk=None):

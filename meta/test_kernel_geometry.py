@@ -11,13 +11,13 @@ import pytest
 
 from kernels_cu import geometry
 
-VARIANTS = ("bf16", "fp32")
+VARIANTS = ("bf16", "fp32", "sm90a")
 ARGS = [
     (n_keys, rows, v, chunk)
     for n_keys, rows, v, chunk in itertools.product(
         [1, 2, 31, 32, 33, 511, 512, 513, 1025, 8192 + 16, 32768 + 1, 262_144],
         [1, 3, 63, 64, 65, 1024, 1025 * 128],
-        [0, 1],
+        [0, 1, 2],
         [0, 1, 7, 64, 4096],
     )
 ]

@@ -26,6 +26,8 @@ def test_mutant_patch_applies_and_compiles(name):
 @pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS))
 def test_kernel_mutant_is_killed(name, request, tmp_path):
     slug = kernel_mutants.MUTANTS[name][0]
+    # judged by the variants built from the patched source (named, so one outside the default selection runs)
+    impl_args = [a for s in kernel_mutants.mutated_specs(name) for a in ("--impl", f"cuda:{s.variant}")]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
     cmd = [
         sys.executable,
@@ -33,8 +35,7 @@ def test_kernel_mutant_is_killed(name, request, tmp_path):
         "pytest",
         f"conformance/test_{slug}.py",
         "conformance/test_fixtures.py",
-        "--impl",
-        "cuda",
+        *impl_args,
         "--require-gpu",
         "-p",
         "harness.kernel_mutants",

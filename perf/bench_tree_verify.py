@@ -7,6 +7,9 @@ Shapes (bf16, page 64, a DDTree-shaped tree of Q nodes replicated over the batch
 - TP shards (memory-bound): H in {8, 16}, Q in {1, 4}, bs 128, prefix 8k; the budget sweep: Q = 1 + B for
   B in {16, ..., 1024}, prefix 8k, bs 8, H in {64, 128}; FlexAttention on four shapes (stage verify_sweep).
 Useful FLOPs = 2·H·Σ_q(prefix + visible tree rows)·(576 + 512); bytes = cache rows read once + q + out.
+Each grid and sweep shape times every kernel variant in the default selection (`portable`, and `sm90a` on an
+sm_90 once it is in the default selection: kernels_cu/specs.py);
+the comparators run once per shape, beside `portable`.
 Each implementation's output is spot-checked (request 0, first and last queries) against a float32
 attention before it is timed; a comparator that would not fit in free memory, or runs out, says so.
 Without the kernel module every GPU case skips with "tree_verify CUDA kernel not present". The CPU case
@@ -22,6 +25,7 @@ from harness import strategies as hh
 from harness import timing
 from harness.bench import record, targets
 from harness.bench import verify_baselines as vb
+from kernels_cu import specs
 from reference import tree_build, tree_verify
 
 pytestmark = pytest.mark.perf
@@ -51,6 +55,17 @@ def grid_params():
 def sweep_params():
     out = [_param(*s, "verify_sweep", quick=s[1] == 1) for s in TP_SHARDS]
     return out + [_param(*s, "verify_sweep", quick=s[1] in (17, 257)) for s in SWEEP]
+
+
+VARIANTS = tuple(s.variant for s in specs.for_op("tree_verify") if s.default)
+
+
+def _variant_runs_here(variant):
+    from harness import impls
+
+    why = impls.get(f"cuda:{variant}").why_not
+    if why:
+        pytest.skip(f"cuda:{variant}: {why}")
 
 
 def _torch_cuda():
@@ -130,27 +145,33 @@ def run_case(
         flops=vb.useful_flops(case),
         ceilings=ceilings.as_dict(),
         comparators=comps,
-        extra={"kernel_rel_err": err, "softmax_scale": case.scale},
+        extra={"kernel_rel_err": err, "softmax_scale": case.scale, "served_by": getattr(p, "served_by", None)},
     )
     del case, rows
     torch.cuda.empty_cache()
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("H,Q,P,bs", grid_params())
-def test_tree_verify(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs):
+def test_tree_verify(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, variant):
+    _variant_runs_here(variant)
     benchmark.group = f"tree_verify H={H} Q={Q}"
-    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, vb.COMPARATORS)
+    comparators = vb.COMPARATORS if variant == "portable" else ()
+    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, comparators, variant=variant)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("H,Q,P,bs", sweep_params())
-def test_tree_verify_sweep(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs):
+def test_tree_verify_sweep(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, variant):
     """TP shards (H 8/16) and the budget sweep (Q = 1 + B) at prefix 8k."""
+    _variant_runs_here(variant)
     benchmark.group = f"tree_verify sweep H={H}"
     kind = "tp_shard" if H < 64 else "budget"
-    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, vb.COMPARATORS,
-             extra_shape={"sweep": kind, "B": Q - 1})  # fmt: skip
+    comparators = vb.COMPARATORS if variant == "portable" else ()
+    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, comparators,
+             extra_shape={"sweep": kind, "B": Q - 1}, variant=variant)  # fmt: skip
 
 
 @pytest.mark.gpu

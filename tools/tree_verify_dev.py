@@ -4,6 +4,10 @@
                                               # long prefixes (default splits) against a float64 torch reference
   python3 tools/tree_verify_dev.py sanitize   # a few tiny launches of every entry (for compute-sanitizer)
   python3 tools/tree_verify_dev.py time [--json F]  # timing table (CUDA events, graph replay, rotated inputs)
+  python3 tools/tree_verify_dev.py versus [--json F]  # sm90a beside portable on a few shapes (bf16, page 64)
+
+--variant sm90a runs smoke, sanitize, time and profile on the sm90a kernel instead of portable (calls it
+does not take, fp32 or other page sizes, are served by portable, as through the registry).
 
 tools/tree_verify_dev.sh runs them as stages. Useful FLOPs = 2·H·Σ_q(prefix + visible tree keys)·(576+512);
 bytes = the KV rows each request needs once, q and out (partials and re-reads are not useful bytes).
@@ -197,9 +201,9 @@ def long_prefix_checks() -> int:
 # ------------------------------------------------------------------------------------------------ sanitize
 def sanitize() -> int:
     rng = np.random.default_rng(2)
-    for dtype in (BF16, np.float32):
+    for dtype, page in ((BF16, 7), (np.float32, 7), (BF16, 16)):  # bf16 page 16: the sm90a kernel's path
         for chunk in (None, 5):
-            case = hh.paged_case(rng, dtype, [tree(rng, 9), tree(rng, 4)], [70, 0], 7, 3)
+            case = hh.paged_case(rng, dtype, [tree(rng, 9), tree(rng, 4)], [70, 0], page, 3)
             q, kv, bt, pre, vis, scale = case_args(case)
             out, lse = verify(q, kv, bt, pre, vis, scale, split_chunk=chunk)
             assert np.isfinite(out.astype(np.float32)).all() and np.isfinite(lse).all()
@@ -268,6 +272,36 @@ def ceilings():
     return copy, mm
 
 
+VERSUS_CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk): compute-bound first, then memory-bound
+    (8, 64, 128, 8192, "bf16", None),
+    (1, 16, 64, 32768, "bf16", None),
+    (32, 1, 128, 8192, "bf16", None),
+    (1, 1, 64, 32768, "bf16", None),
+    (8, 16, 64, 8192, "bf16", None),
+    (1, 64, 64, 32768, "bf16", None),
+]
+
+
+def versus(json_path=None) -> int:
+    """sm90a and portable on the same shapes, one table with the speedup."""
+    copy, mm = ceilings()
+    print(f"ceilings: copy {copy:.0f} GB/s (read+write), bf16 matmul 8192^3 {mm:.0f} TFLOP/s", flush=True)
+    rows = []
+    for c in VERSUS_CONFIGS:
+        pair = {v: time_one(*c, copy=copy, mm=mm, spec=specs.get("tree_verify", v)) for v in ("portable", "sm90a")}
+        rows.append(pair)
+    print("\n| bs | Q | H | prefix | portable µs | sm90a µs | speedup | sm90a TFLOP/s | sm90a GB/s (% copy) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for pr in rows:
+        a, b = pr["portable"], pr["sm90a"]
+        print(f"| {a['bs']} | {a['Q']} | {a['H']} | {a['prefix']} | {a['us']:.1f} | {b['us']:.1f} | "
+              f"{a['us'] / b['us']:.2f} | {b['tflops']:.0f} | {b['gbs']:.0f} ({b['pct_copy']:.0f} %) |")  # fmt: skip
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "versus": rows}, f, indent=1)
+    return 0
+
+
 def time_configs(json_path=None) -> int:
     copy, mm = ceilings()
     print(f"ceilings: copy {copy:.0f} GB/s (read+write), bf16 matmul 8192^3 {mm:.0f} TFLOP/s", flush=True)
@@ -311,7 +345,9 @@ def time_one(bs, Q, H, P, dt, chunk, *, copy, mm, spec=None):
     from harness import timing
 
     if True:  # (kept indented: one config's timing)
-        var = geometry.tree_verify_variant(dt)
+        spec = spec or SPEC
+        served = tree_verify_ops.served_by(spec, dt, 64).variant
+        var = geometry.tree_verify_variant("sm90a" if served == "sm90a" else dt)
         g = geometry.tree_verify(P + Q, Q * H, var, chunk or 0)
         kv_bytes = bs * (P + Q) * 576 * (2 if dt == "bf16" else 4)
         rot = max(1, min(4, math.ceil(200e6 / kv_bytes)))  # rotate inputs past the 60 MB L2
@@ -322,7 +358,7 @@ def time_one(bs, Q, H, P, dt, chunk, *, copy, mm, spec=None):
                 seen = int(unpack_visibility(vis, Q).sum())
                 flop = 2.0 * H * (bs * Q * P + seen) * (576 + 512)
                 nbytes = kv_bytes + q.numel() * q.element_size() * (1 + 512 / 576)  # KV once, q in, out
-            preps.append(tree_verify_ops.prepare(spec or SPEC, q, kv, bt, pre, vis, SCALE, split_chunk=chunk))
+            preps.append(tree_verify_ops.prepare(spec, q, kv, bt, pre, vis, SCALE, split_chunk=chunk))
         est_us = max(flop / 300e12, nbytes / 3e12) * 1e6 + 5
         per_graph = max(rot, min(40, int(3000 / est_us) // rot * rot))
 
@@ -338,7 +374,8 @@ def time_one(bs, Q, H, P, dt, chunk, *, copy, mm, spec=None):
             torch.cuda.empty_cache()
         t = statistics.median(times)
         res = {
-            "bs": bs, "Q": Q, "H": H, "prefix": P, "dtype": dt, "chunk": g["split_chunk"], "splits": g["n_splits"],
+            "variant": spec.variant, "bs": bs, "Q": Q, "H": H, "prefix": P, "dtype": dt, "chunk": g["split_chunk"],
+            "splits": g["n_splits"],
             "ctas": g["row_tiles"] * g["n_splits"] * bs, "us": t, "tflops": flop / t / 1e6, "gbs": nbytes / t / 1e3,
             "spread": (max(times) - min(times)) / t,
         }  # fmt: skip
@@ -370,10 +407,14 @@ def profile_one() -> int:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "profile"])
+    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile"])
     ap.add_argument("--json")
+    ap.add_argument("--variant", default="portable", choices=[s.variant for s in specs.for_op("tree_verify")])
     a = ap.parse_args()
-    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": profile_one}
+    global SPEC
+    SPEC = specs.get("tree_verify", a.variant)
+    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": profile_one,
+             "versus": lambda: versus(a.json)}  # fmt: skip
     sys.exit(modes[a.mode]())
 
 
