@@ -30,8 +30,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 OPS = ("tree_build", "tree_verify", "tree_accept")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def exe(request):
+    """The engine binary; every test here needs it (the ones calling harness.engine too), so a machine that
+    has not built it skips them with the reason (fails them under --require-tools)."""
     try:
         return tools.binary("kdtree-engine")
     except tools.ToolMissing as e:
