@@ -74,6 +74,8 @@ def _library() -> ctypes.CDLL:
     lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
     lib.tv_geometry_field_count.restype = ctypes.c_int
+    lib.tv_sm90a_serves.restype = ctypes.c_int
+    lib.tv_sm90a_serves.argtypes = [ctypes.c_int, ctypes.c_longlong]
     lib.tv_geometry_fields.restype = None
     lib.tv_geometry_fields.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
@@ -110,6 +112,12 @@ def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0) -> dict[st
     out = (ctypes.c_longlong * len(names))()
     _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), out)
     return dict(zip(names, (int(x) for x in out)))
+
+
+@functools.cache
+def tree_verify_sm90a_serves(bf16: bool, page_size: int) -> bool:
+    """Whether the sm90a kernel serves a call of this dtype and page size (the header's tv::sm90a_serves)."""
+    return bool(_library().tv_sm90a_serves(int(bf16), int(page_size)))
 
 
 def tree_verify_variant(kernel: str) -> int:

@@ -134,7 +134,6 @@ SPECS: tuple[KernelSpec, ...] = (
         384,  # tv::kSm90aThreads (the wrapper launches with the header's value)
         archs=("sm_90a",),
         knobs=("split_chunk",),
-        default=False,  # not yet run on a GPU: selected by name only
     ),
 )
 

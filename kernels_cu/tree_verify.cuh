@@ -79,6 +79,13 @@ TV_HD constexpr int smem_bytes(int v) {
   return v == kSm90a ? sm90a_smem_bytes() : smem_stats_offset(v) + 2 * m_tile(v) * 4;
 }
 
+// Which calls the sm90a kernel serves (an sm90a launcher hands the others to portable): bf16, and a page size
+// whose pages (or 64-row pieces of them) tile its 64-key blocks with TMA boxes of a multiple of 8 rows (the
+// 128-byte swizzle atom).
+TV_HD constexpr bool sm90a_serves(bool bf16, long long page_size) {
+  return bf16 && (page_size % 64 == 0 || page_size == 8 || page_size == 16 || page_size == 32);
+}
+
 TV_HD constexpr long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 // Grid: x = row tile of the request's Q·H (query, head) rows (fastest, so the tiles that share a KV split

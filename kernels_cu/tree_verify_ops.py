@@ -43,9 +43,8 @@ def take_served() -> dict[str, int]:
 
 
 def sm90a_takes(dtype_name: str, page_size: int) -> bool:
-    """Whether the sm90a kernel serves a call: bf16, and a page size whose pages (or 64-row pieces of them)
-    tile its 64-key blocks with TMA boxes of a multiple of 8 rows (the 128-byte swizzle atom)."""
-    return dtype_name == "bf16" and (page_size % 64 == 0 or page_size in (8, 16, 32))
+    """Whether the sm90a kernel serves a call (tree_verify.cuh's rule, which the engine's launcher uses too)."""
+    return geometry.tree_verify_sm90a_serves(dtype_name == "bf16", page_size)
 
 
 def served_by(spec: KernelSpec, dtype_name: str, page_size: int) -> KernelSpec:

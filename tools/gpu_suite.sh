@@ -49,10 +49,7 @@ summary "kdtree-conformance GPU suite, revision $GIT_REVISION, $NGPU GPU(s), $(d
 stage_conformance() {
   # every clause on the GPU for every cuda variant and the reference (the CPU-only reference mutants and the
   # kernel mutants, which have their own stage, are left out)
-  # (cuda:sm90a is named too: `--impl cuda` leaves out variants whose spec is not a default; it skips with the
-  # reason on a GPU that cannot run it)
-  run conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl cuda:sm90a \
-      --impl reference --require-gpu \
+  run conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl reference --require-gpu \
       -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --deselect meta/test_mutants.py \
       --deselect meta/test_kernel_mutants.py
 }

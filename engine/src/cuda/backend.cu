@@ -94,7 +94,8 @@ class CudaOps : public OpBackend {
         vis(a.visibility, sz(a.bs * a.Q) * W * 4), out(rows * sz(kLatent) * it), lse(rows * 4);
     launch_tree_verify(v, VerifyOnDevice{q.as<void>(), kv.as<void>(), bf16, bt.as<int32_t>(), pre.as<int32_t>(),
                                          vis.as<uint32_t>(), a.prefix_lens, a.bs, a.Q, a.H, a.page_size,
-                                         a.max_pages, float(a.softmax_scale), out.as<void>(), lse.as<float>()});
+                                         a.max_pages, float(a.softmax_scale), out.as<void>(), lse.as<float>(),
+                                         a.num_pages});
     out.download(o.out, rows * sz(kLatent) * it);
     lse.download(o.lse, rows * 4);
   }

@@ -2,6 +2,9 @@
 // before anything gets here.
 #include "launch.hpp"
 
+#include <cuda.h>  // CUtensorMap (the sm90a kernel's cache descriptor); the driver is reached through cudart
+#include <cudaTypedefs.h>
+
 #include <string>
 
 #include "kdtree/cli.hpp"
@@ -18,6 +21,38 @@ void needs_source(const Variant& v, const char* source) {
   if (std::string(v.source) != source)
     throw UsageError("--variant: " + v.name() + " (kernels_cu/" + v.source +
                      ") has no launcher in the engine yet (engine/src/cuda/launch.cu launches " + source + ")");
+}
+
+// The variant of tree_verify built from `source` (the sm90a variant hands the calls it does not take to it).
+const Variant& verify_variant_of(const char* source) {
+  for (const Variant* v : variants("tree_verify"))
+    if (std::string(v->source) == source) return *v;
+  throw DeviceError(std::string("no tree_verify variant of kernels_cu/") + source + " is compiled into the engine");
+}
+
+// The sm90a kernel's TMA descriptor of the cache (as kernels_cu/tree_verify_ops.py's kv_tensor_map):
+// [pages][page_size][576] bf16, innermost first below, 128-byte swizzle, boxes of 64 columns x
+// min(page_size, 64) rows of one page. cuTensorMapEncodeTiled is a driver function: cudart hands its address.
+CUtensorMap kv_tensor_map(const void* kv, int64_t num_pages, int64_t page_size) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found),
+          "cuTensorMapEncodeTiled: entry point");
+    if (found != cudaDriverEntryPointSuccess || !fn) throw DeviceError("cuTensorMapEncodeTiled: not in this driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const cuuint64_t row = cuuint64_t(kHeadDim) * 2;
+  cuuint64_t dims[3] = {cuuint64_t(kHeadDim), cuuint64_t(page_size), cuuint64_t(num_pages)};
+  cuuint64_t strides[2] = {row, row * cuuint64_t(page_size)};
+  cuuint32_t box[3] = {64, cuuint32_t(page_size < 64 ? page_size : 64), 1};
+  cuuint32_t elem[3] = {1, 1, 1};
+  CUtensorMap map{};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(kv), dims, strides, box,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw InputError("kv_cache", "cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return map;
 }
 
 }  // namespace
@@ -53,9 +88,14 @@ void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
   launch(v, "tree_accept_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
 }
 
-void launch_tree_verify(const Variant& v, const VerifyOnDevice& d) {
-  needs_source(v, "tree_verify.cu");
-  const int var = d.bf16 ? tv::kBf16 : tv::kF32;
+void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
+  const bool sm90a = std::string(requested.source) == "tree_verify_sm90a.cu";
+  const bool served = sm90a && tv::sm90a_serves(d.bf16, d.page_size);
+  // the attention kernel's variant; the combine kernel is portable's for both
+  const Variant& v = sm90a && !served ? verify_variant_of("tree_verify.cu") : requested;
+  const Variant& portable = sm90a ? verify_variant_of("tree_verify.cu") : requested;
+  if (!sm90a) needs_source(v, "tree_verify.cu");
+  const int var = served ? tv::kSm90a : (d.bf16 ? tv::kBf16 : tv::kF32);
   const long long QH = d.Q * d.H;
   // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
   std::vector<long long> chunk(size_t(d.bs)), first(size_t(d.bs), 0);
@@ -73,7 +113,15 @@ void launch_tree_verify(const Variant& v, const VerifyOnDevice& d) {
   if (most > 65535) throw InputError("prefix_lens", std::to_string(most) + " splits per request, more than 65535");
   DevBuf chunk_d(chunk.data(), chunk.size() * 8), first_d(first.data(), first.size() * 8);
   DevBuf part_o(size_t(slots * QH * kLatent * 4)), part_lse(size_t(slots * QH * 4));
-  const char* attention = d.bf16 ? "tree_verify_bf16_kernel" : "tree_verify_f32_kernel";
+  const char* attention = served ? "tree_verify_sm90a_kernel" : d.bf16 ? "tree_verify_bf16_kernel" : "tree_verify_f32_kernel";
+  // the sm90a kernel reads the cache through its TMA descriptor, kept in device memory for the call
+  DevBuf map_d;
+  const void* kv_arg = d.kv_cache;
+  if (served) {
+    const CUtensorMap map = kv_tensor_map(d.kv_cache, d.num_pages, d.page_size);
+    map_d = DevBuf(&map, sizeof(map));
+    kv_arg = map_d.as<void>();
+  }
   const char* combine = d.bf16 ? "tree_verify_combine_bf16_kernel" : "tree_verify_combine_f32_kernel";
   float scale = d.softmax_scale;
   int Q = int(d.Q), H = int(d.H), page_size = int(d.page_size), max_pages = int(d.max_pages);
@@ -81,15 +129,15 @@ void launch_tree_verify(const Variant& v, const VerifyOnDevice& d) {
   const long long* f = first_d.as<long long>();
   float* po = part_o.as<float>();
   float* pl = part_lse.as<float>();
-  void* args[] = {(void*)&d.q, (void*)&d.kv_cache, (void*)&d.block_table, (void*)&d.prefix_lens,
+  void* args[] = {(void*)&d.q, (void*)&kv_arg, (void*)&d.block_table, (void*)&d.prefix_lens,
                   (void*)&d.visibility, &scale, &Q, &H, &page_size, &max_pages, (void*)&c, (void*)&f,
                   (void*)&d.out, (void*)&d.lse, (void*)&po, (void*)&pl};
-  launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var)), unsigned(most), unsigned(d.bs)), dim3(tv::kThreads),
+  launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var)), unsigned(most), unsigned(d.bs)), dim3(tv::threads(var)),
          size_t(tv::smem_bytes(var)), args);
   if (slots) {
     void* cargs[] = {(void*)&po, (void*)&pl, (void*)&c, (void*)&f, (void*)&d.prefix_lens, &Q, &H,
                      (void*)&d.out, (void*)&d.lse};
-    launch(v, combine, dim3(unsigned(tv::combine_blocks(QH)), unsigned(d.bs), 1), dim3(tv::kCombineThreads), 0,
+    launch(portable, combine, dim3(unsigned(tv::combine_blocks(QH)), unsigned(d.bs), 1), dim3(tv::kCombineThreads), 0,
            cargs);
   }
   // the scratch buffers are freed when this returns: wait for the kernels that read them

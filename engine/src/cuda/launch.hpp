@@ -36,7 +36,9 @@ struct VerifyOnDevice {
   float softmax_scale;
   void* out;
   float* lse;
+  int64_t num_pages = 0;  // pages in kv_cache (the sm90a variant's TMA descriptor spans them)
 };
+// An sm90a variant runs the calls tv::sm90a_serves() takes and hands the rest to the portable variant.
 void launch_tree_verify(const Variant& v, const VerifyOnDevice& d);
 
 struct AcceptOnDevice {
