@@ -133,6 +133,34 @@ def device_e2e(variant, args, policy) -> dict:
     return timing.summary(samples, where="host", method="host clock, the op on cupy inputs, outputs on the device")
 
 
+def device_e2e_deferred(variant, args, policy) -> dict:
+    """The capturable path (TB.4.5) on the same device-resident inputs: {"call": the whole call (shape checks,
+    buffers, check kernel + build, the flag read, outputs left on the device), "replay": a call prepared once
+    and launched again with its flag read (what a serving loop pays per step)}; host clock, synchronised."""
+    try:
+        import cupy
+    except ImportError as e:
+        return {"error": f"cupy unavailable: {e}"}
+    from kernels_cu import ops
+
+    lp, ids, roots, B, pre = (cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+
+    def call():
+        d = ops.prepare_deferred("tree_build", variant, lp, ids, roots, B, pre)
+        d.launch()
+        d.finish()
+
+    d = ops.prepare_deferred("tree_build", variant, lp, ids, roots, B, pre)
+    try:
+        whole = timing.host_times_us(call, policy)
+        replay = timing.host_times_us(lambda: (d.launch(), d.check()), policy)
+    finally:
+        d.finish()
+    how = "host clock, the op on cupy inputs, outputs on the device"
+    return {"call": timing.summary(whole, where="host", method=how),
+            "replay": timing.summary(replay, where="host", method=how + "; prepared once")}  # fmt: skip
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", targets.variants("tree_build"))
 @pytest.mark.parametrize("bs,B,depth", _params(GRID))
@@ -168,6 +196,7 @@ def test_tree_build(benchmark, ceilings, perf_policy, cpu_policy, with_comparato
         extra={
             "warm_graph": timing.summary(warm, method=f"{warm_method}; {timing.WARM.describe(0)}"),
             "e2e_device_inputs": device_e2e(variant, args, cpu_policy) if with_comparators else {},
+            "e2e_deferred": device_e2e_deferred(variant, args, cpu_policy) if with_comparators else {},
         },
     )
 

@@ -161,24 +161,30 @@ def tree_build_section(cases, plots: dict) -> list[str]:
         timed = [n for n in names if any("time" in c["comparators"].get(n, {}) for c in gpu)]
         lines += [
             "Kernel: device time, median (p10–p90) µs, L2 flushed before each launch; warm graph = replays of the "
-            "same inputs (L2 warm); e2e = the whole call on device-resident inputs (wrapper, validation, launch, "
-            "synchronised; host clock). Comparators on the CPU, same inputs, same run; `+copies` = end to end as a "
-            "serving engine runs it (top-k device→host, the build, every layout host→device, synchronised). "
+            "same inputs (L2 warm); e2e = the whole call on device-resident inputs (wrapper, validation on host "
+            "copies, launch, synchronised; host clock); deferred = the same through the capturable path (TB.4.5: "
+            "value checks on the device, flag read), as a whole call and as a replay of a call prepared once. "
+            "Comparators on the CPU, same inputs, same run; `+copies` = end to end as a serving engine runs it (top-k"
+            " device→host, the build, every layout host→device, synchronised). "
             "Speedup = comparator median / kernel median.",
             "",
-            "| bs | B | L | variant | kernel µs | warm graph µs | e2e µs | " + " | ".join(f"{n} µs" for n in timed)
+            "| bs | B | L | variant | kernel µs | warm graph µs | e2e µs | deferred µs | deferred replay µs | "
+            + " | ".join(f"{n} µs" for n in timed)
             + " | " + " | ".join(f"× vs {n}" for n in timed if n != "copies_only") + " |",
-            "|---|---|---|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
+            "|---|---|---|---|---|---|---|---|---|" + "---|" * (2 * len(timed) - ("copies_only" in timed)),
         ]  # fmt: skip
         for c in gpu:
             s = c["shape"]
             warm = (c.get("extra") or {}).get("warm_graph")
             e2e_dev = (c.get("extra") or {}).get("e2e_device_inputs") or {}
+            deferred = (c.get("extra") or {}).get("e2e_deferred") or {}
             cells = [fmt_time(c["comparators"].get(n, {}).get("time")) for n in timed]
             sp = [fmt(c["speedups"].get(n)) for n in timed if n != "copies_only"]
             lines.append(
                 f"| {s['bs']} | {s['B']} | {s.get('L', '—')} | {c.get('variant') or '—'} | {fmt_time(c['time'])} | "
                 f"{fmt(warm['median_us']) if warm else '—'} | {fmt(e2e_dev.get('median_us'))} | "
+                f"{fmt((deferred.get('call') or {}).get('median_us'))} | "
+                f"{fmt((deferred.get('replay') or {}).get('median_us'))} | "
                 + " | ".join(cells) + " | " + " | ".join(sp) + " |"
             )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]
