@@ -58,14 +58,18 @@ void Compute::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, Paged
   TreeAcceptArgs walk = a;
   walk.kv_cache = nullptr;
   kdtree::tree_accept(walk, o, threads_);
-  TreeAcceptArgs commit = a;
-  commit.dtype = DType::F32;
-  commit.num_pages = cache.num_pages;
-  commit.page_size = cache.page_size;
-  commit.max_pages = cache.max_pages;
-  for (int64_t l = 0; l < cache.layers; ++l) {
-    commit.kv_cache = cache.pools[sz(l)].data();
-    commit_accepted(commit, o.accept_len, o.accept_path);
+  cache.commit(a, o);
+}
+
+void PagedCache::commit(const TreeAcceptArgs& a, const TreeAcceptOut& o) {
+  TreeAcceptArgs each = a;
+  each.dtype = DType::F32;
+  each.num_pages = num_pages;
+  each.page_size = page_size;
+  each.max_pages = max_pages;
+  for (int64_t l = 0; l < layers; ++l) {
+    each.kv_cache = pools[sz(l)].data();
+    commit_accepted(each, o.accept_len, o.accept_path);
   }
 }
 

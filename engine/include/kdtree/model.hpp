@@ -29,6 +29,9 @@ struct PagedCache {
   PagedCache(int64_t layers, int64_t bs, int64_t rows_per_request, int64_t page_size);
   float* row(int64_t layer, int64_t b, int64_t pos);  // logical position pos of request b
   const float* row(int64_t layer, int64_t b, int64_t pos) const;
+  // tree_accept's commit of the accepted paths into every layer's host pool (`a`'s block_table and prefix_lens,
+  // `o` its walk's results).
+  void commit(const TreeAcceptArgs& a, const TreeAcceptOut& o);
 
  private:
   int64_t offset(int64_t b, int64_t pos) const;

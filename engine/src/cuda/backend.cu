@@ -206,16 +206,7 @@ class CudaCompute : public Compute {
     emitted.download(o.emitted, np * 4);
     bonus.download(o.bonus, sz(a.bs) * 4);
     lens.download(o.new_lens, sz(a.bs) * 4);
-    // the host copy of the cache (what --dump-cache reports) gets the same row copies
-    TreeAcceptArgs commit = a;
-    commit.dtype = DType::F32;
-    commit.num_pages = cache.num_pages;
-    commit.page_size = cache.page_size;
-    commit.max_pages = cache.max_pages;
-    for (int64_t l = 0; l < cache.layers; ++l) {
-      commit.kv_cache = cache.pools[sz(l)].data();
-      commit_accepted(commit, o.accept_len, o.accept_path);
-    }
+    cache.commit(a, o);  // the host copy of the cache (what --dump-cache reports) gets the same row copies
   }
 
  private:

@@ -89,12 +89,12 @@ void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
 }
 
 void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
+  // portable launches the combine kernel of both variants and the calls sm90a does not take
   const bool sm90a = std::string(requested.source) == "tree_verify_sm90a.cu";
-  const bool served = sm90a && tv::sm90a_serves(d.bf16, d.page_size);
-  // the attention kernel's variant; the combine kernel is portable's for both
-  const Variant& v = sm90a && !served ? verify_variant_of("tree_verify.cu") : requested;
   const Variant& portable = sm90a ? verify_variant_of("tree_verify.cu") : requested;
-  if (!sm90a) needs_source(v, "tree_verify.cu");
+  needs_source(portable, "tree_verify.cu");
+  const bool served = sm90a && tv::sm90a_serves(d.bf16, d.page_size);
+  const Variant& v = served ? requested : portable;
   const int var = served ? tv::kSm90a : (d.bf16 ? tv::kBf16 : tv::kF32);
   const long long QH = d.Q * d.H;
   // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
