@@ -599,9 +599,7 @@ def kdtree_cpu(request):
         path = tools.library("kdtree_cpu")
     except tools.ToolMissing as e:
         (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
-    spec = importlib.util.spec_from_file_location("kdtree_cpu", ROOT / "engine" / "python" / "kdtree_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = tools.load_source("engine/python/kdtree_cpu.py")
     return mod, mod.KdtreeCpu(path)
 
 

@@ -167,11 +167,6 @@ def cuda_tree(engine_cuda, model_file, work):
     return cuda_decode(model_file, make_prompts(N_PROMPTS), work / "dd", "ddtree", MAX_NEW, **opts)
 
 
-def report(request, name, eq):
-    request.node.user_properties.append((name, eq.summary()))
-    print(f"{name}: {eq.summary()}")
-
-
 @pytest.mark.spec("EN.5.2")
 def test_cuda_ar_equals_golden_ar(request, model_file, work, cuda_ar):
     prompts = make_prompts(N_PROMPTS)
@@ -184,7 +179,7 @@ def test_cuda_ar_equals_golden_ar(request, model_file, work, cuda_ar):
         )
 
     eq = decoding.greedy_equivalence(prompts, MAX_NEW, golden, cuda_ar, rerun)
-    report(request, "engine-cuda ar vs golden ar", eq)
+    decoding.report(request, "engine-cuda ar vs golden ar", eq)
     assert not eq.failures, eq.summary()
     assert eq.compared >= N_PROMPTS * MAX_NEW
 
@@ -198,7 +193,7 @@ def test_cuda_ddtree_equals_cuda_ar(request, model_file, work, cuda_ar, cuda_tre
         )
 
     eq = decoding.greedy_equivalence(make_prompts(N_PROMPTS), MAX_NEW, cuda_ar, cuda_tree, rerun)
-    report(request, f"engine-cuda ddtree B={BUDGET} vs engine-cuda ar", eq)
+    decoding.report(request, f"engine-cuda ddtree B={BUDGET} vs engine-cuda ar", eq)
     assert not eq.failures, eq.summary()
     assert eq.compared >= N_PROMPTS * MAX_NEW
     acc = cuda_tree["accept_lens"][cuda_tree["accept_lens"] >= 0]

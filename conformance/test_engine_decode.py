@@ -3,7 +3,6 @@ DDTree greedy decoding through the three ops, their token-for-token and cache eq
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import numpy as np
@@ -53,11 +52,6 @@ def engine_ar(engine_built, model_file, work):
 def ddtree(model_file, prompts, workdir, max_new, budget, dump_cache=False):
     opts = {"budget": budget, "depth": DEPTH, "noise": NOISE, "dump_cache": dump_cache}
     return decoding.engine_decode(model_file, prompts, workdir, mode="ddtree", max_new=max_new, **opts)
-
-
-def report(request, name, eq):
-    request.node.user_properties.append((name, eq.summary()))
-    print(f"{name}: {eq.summary()}")
 
 
 # --- EN.4.1 the golden model ------------------------------------------------------------------------------
@@ -125,7 +119,7 @@ def test_golden_ddtree_through_reference_ops_equals_golden_ar(request, engine_bu
         )
 
     eq = decoding.greedy_equivalence(prompts, 48, ar, tree, rerun)
-    report(request, "golden ddtree vs golden ar", eq)
+    decoding.report(request, "golden ddtree vs golden ar", eq)
     assert not eq.failures, eq.summary()
     # the engine's drafter, tree build and walk make the same rounds as the numpy ones
     engine = ddtree(model_file, prompts, work / "e-dd3", 48, BUDGET)
@@ -138,9 +132,7 @@ def test_drafter_noise_is_the_same_bits_in_numpy_and_cpp(request):
         path = tools.library("kdtree_cpu")
     except tools.ToolMissing as e:
         (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
-    spec = importlib.util.spec_from_file_location("kdtree_cpu", ROOT / "engine" / "python" / "kdtree_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = tools.load_source("engine/python/kdtree_cpu.py")
     lib = mod.KdtreeCpu(path)
     for seed, P, d in [(0, 0, 1), (7, 123, 5), (2**63 - 1, 1000, 32), (12345, 1, 8)]:
         want = drafter.noise(seed, P, d, 600)
@@ -162,7 +154,7 @@ def test_engine_ar_equals_golden_ar(request, model_file, work, engine_ar):
         )
 
     eq = decoding.greedy_equivalence(prompts, MAX_NEW, golden, engine_ar, rerun)
-    report(request, "engine ar vs golden ar", eq)
+    decoding.report(request, "engine ar vs golden ar", eq)
     assert not eq.failures, eq.summary()
     assert eq.compared >= N_PROMPTS * MAX_NEW
     diverged = {b for b, _, _ in eq.allowed}
@@ -196,7 +188,7 @@ def test_engine_ddtree_equals_engine_ar(request, model_file, work, engine_ar, en
         )
 
     eq = decoding.greedy_equivalence(make_prompts(N_PROMPTS), MAX_NEW, engine_ar, engine_tree, rerun)
-    report(request, f"engine ddtree B={BUDGET} vs engine ar", eq)
+    decoding.report(request, f"engine ddtree B={BUDGET} vs engine ar", eq)
     assert not eq.failures, eq.summary()
     assert eq.compared >= N_PROMPTS * MAX_NEW
 
@@ -215,7 +207,7 @@ def test_engine_ddtree_equals_engine_ar_other_budgets(request, model_file, work,
         )
 
     eq = decoding.greedy_equivalence(prompts, MAX_NEW, ar, tree, rerun)
-    report(request, f"engine ddtree B={budget} vs engine ar", eq)
+    decoding.report(request, f"engine ddtree B={budget} vs engine ar", eq)
     assert not eq.failures, eq.summary()
 
 

@@ -4,7 +4,6 @@ fixtures themselves are current (MANIFEST.json: file sha256 and the hash of the 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import pathlib
 
@@ -14,6 +13,7 @@ import pytest
 import contract
 import kdtr
 from harness import spec as clauses
+from harness import tools
 from harness.cases import Case, fixture_args, run
 from harness.compare import assert_bit_exact, assert_close
 
@@ -22,10 +22,7 @@ FIXTURES = ROOT / "fixtures"
 
 
 def _gen():
-    s = importlib.util.spec_from_file_location("gen_fixtures", ROOT / "tools" / "gen_fixtures.py")
-    m = importlib.util.module_from_spec(s)
-    s.loader.exec_module(m)
-    return m
+    return tools.load_source("tools/gen_fixtures.py")
 
 
 def _files(op):

@@ -104,6 +104,13 @@ class Equivalence:
         )
 
 
+def report(request, name: str, eq) -> None:
+    """Put an equivalence's summary in the test's report properties (the conformance report shows them) and
+    on stdout."""
+    request.node.user_properties.append((name, eq.summary()))
+    print(f"{name}: {eq.summary()}")
+
+
 def greedy_equivalence(prompts, max_new: int, reference: dict, candidate: dict, rerun, delta: float = DELTA):
     """Compare candidate's tokens with reference's (whose margins decide), request by request. After an
     allowed divergence at step i, both are rerun (rerun(prompts, max_new) -> (reference, candidate)) from

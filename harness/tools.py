@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -40,6 +41,16 @@ def library(name: str) -> pathlib.Path:
         where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
         raise ToolMissing(f"lib{name}.so is not built ({where}); run `make setup`")
     return p
+
+
+def load_source(rel: str):
+    """A Python file of the project outside its packages (tools/*.py, engine/python/*.py), `rel` from the
+    repository root, imported as a fresh module named after the file."""
+    path = ROOT / rel
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # libFuzzer's memory budget per run of a fuzz target (its default -rss_limit_mb).

@@ -13,15 +13,13 @@ import pytest
 
 import contract
 from contract import limits
+from harness import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _gen():
-    s = importlib.util.spec_from_file_location("gen_limits_header", ROOT / "tools" / "gen_limits_header.py")
-    m = importlib.util.module_from_spec(s)
-    s.loader.exec_module(m)
-    return m
+    return tools.load_source("tools/gen_limits_header.py")
 
 
 def test_limits_header_is_generated_from_the_contract():

@@ -2,7 +2,6 @@
 list is current, every NVRTC option has an nvcc spelling, the built engine holds exactly the specs' variants,
 and its launchers take the geometry from the kernels' headers rather than restating it."""
 
-import importlib.util
 import pathlib
 
 import pytest
@@ -14,10 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _gen():
-    s = importlib.util.spec_from_file_location("gen_engine_kernels", ROOT / "tools" / "gen_engine_kernels.py")
-    m = importlib.util.module_from_spec(s)
-    s.loader.exec_module(m)
-    return m
+    return tools.load_source("tools/gen_engine_kernels.py")
 
 
 def test_build_list_is_current_with_the_specs():

@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 
+from harness import tools
 from harness.impls import OPS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -28,11 +29,7 @@ def test_kernel_source_exists(op):
 
 def test_kdtr_corpus_is_fresh():
     """The committed golden KDTR files are exactly what tools/gen_kdtr_corpus.py makes (make corpus)."""
-    import importlib.util
-
-    s = importlib.util.spec_from_file_location("gen", ROOT / "tools" / "gen_kdtr_corpus.py")
-    gen = importlib.util.module_from_spec(s)
-    s.loader.exec_module(gen)
+    gen = tools.load_source("tools/gen_kdtr_corpus.py")
     for rel, data in gen.generate().items():
         p = ROOT / "kdtr" / "corpus" / rel
         assert p.is_file() and p.read_bytes() == data, f"kdtr/corpus/{rel} is stale: run `make corpus`"

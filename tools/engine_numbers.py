@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import pathlib
@@ -100,9 +99,7 @@ def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
 
 
 def tree_build_numbers(threads: int) -> list[dict]:
-    spec = importlib.util.spec_from_file_location("kdtree_cpu", ROOT / "engine" / "python" / "kdtree_cpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = tools.load_source("engine/python/kdtree_cpu.py")
     lib = mod.KdtreeCpu(tools.library("kdtree_cpu"))
     rows = []
     for bs in (1, 16):
