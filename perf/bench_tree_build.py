@@ -119,16 +119,24 @@ def _comparators(bs, B, depth, policy) -> dict:
     return comps
 
 
-def device_e2e(variant, args, policy) -> dict:
-    """The kernel's whole call (wrapper, validation, launch, synchronised) on device-resident inputs (cupy)."""
+def _on_device(args):
+    """The case's arrays as cupy arrays (scalars as they are), or {"error": why} when cupy is missing."""
     try:
         import cupy
     except ImportError as e:
         return {"error": f"cupy unavailable: {e}"}
+    return [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+def device_e2e(variant, args, policy) -> dict:
+    """The kernel's whole call (wrapper, validation, launch, synchronised) on device-resident inputs (cupy)."""
+    dev = _on_device(args)
+    if isinstance(dev, dict):
+        return dev
     from kernels_cu import ops
 
     fn = ops.function("tree_build", variant)
-    lp, ids, roots, B, pre = (cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    lp, ids, roots, B, pre = dev
     samples = timing.host_times_us(lambda: fn(lp, ids, roots, B, pre), policy)
     return timing.summary(samples, where="host", method="host clock, the op on cupy inputs, outputs on the device")
 
@@ -137,13 +145,12 @@ def device_e2e_deferred(variant, args, policy) -> dict:
     """The capturable path (TB.4.5) on the same device-resident inputs: {"call": the whole call (shape checks,
     buffers, check kernel + build, the flag read, outputs left on the device), "replay": a call prepared once
     and launched again with its flag read (what a serving loop pays per step)}; host clock, synchronised."""
-    try:
-        import cupy
-    except ImportError as e:
-        return {"error": f"cupy unavailable: {e}"}
+    dev = _on_device(args)
+    if isinstance(dev, dict):
+        return dev
     from kernels_cu import ops
 
-    lp, ids, roots, B, pre = (cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
+    lp, ids, roots, B, pre = dev
 
     def call():
         d = ops.prepare_deferred("tree_build", variant, lp, ids, roots, B, pre)
