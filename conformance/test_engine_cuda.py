@@ -96,15 +96,17 @@ def engine_outputs(spec: specs.KernelSpec, args: dict) -> dict[str, np.ndarray]:
     return engine.run_op(spec.slug, c.kdtr_inputs(checked.args), device="cuda", variant=spec.variant)
 
 
-def differences(spec: specs.KernelSpec, args: dict) -> list[str]:
+def paired_outputs(spec: specs.KernelSpec, args: dict):
+    """(name, NVRTC output, engine output) per output of one call, the NVRTC side viewed in the engine's
+    dtype where only the type differs (bf16 as ml_dtypes on one side, raw 16-bit words on the other)."""
     want, got = nvrtc_outputs(spec, args), engine_outputs(spec, args)
-    bad = []
     for name, w in want.items():
-        g = np.asarray(got[name])
-        w = np.asarray(w).view(g.dtype) if w.dtype != g.dtype and w.itemsize == g.itemsize else np.asarray(w)
-        if w.shape != g.shape or w.tobytes() != g.tobytes():
-            bad.append(name)
-    return bad
+        g, w = np.asarray(got[name]), np.asarray(w)
+        yield name, (w.view(g.dtype) if w.dtype != g.dtype and w.itemsize == g.itemsize else w), g
+
+
+def differences(spec: specs.KernelSpec, args: dict) -> list[str]:
+    return [n for n, w, g in paired_outputs(spec, args) if w.shape != g.shape or w.tobytes() != g.tobytes()]
 
 
 @pytest.mark.spec("EN.5.1")
@@ -118,12 +120,7 @@ def test_engine_cuda_variant_is_the_nvrtc_build_bit_for_bit(engine_cuda, name):
     if not spec.runs_on(device.probe().arch):
         pytest.skip(f"{name} is built for {', '.join(spec.archs)}, this GPU is {device.probe().arch}")
     for label, args in cases(spec.slug):
-        want, got = nvrtc_outputs(spec, args), engine_outputs(spec, args)
-        for out_name, w in want.items():
-            g = np.asarray(got[out_name])
-            w = np.asarray(w)
-            if w.dtype != g.dtype and w.itemsize == g.itemsize:
-                w = w.view(g.dtype)  # bf16 as ml_dtypes on one side, raw 16-bit words on the other
+        for out_name, w, g in paired_outputs(spec, args):
             assert_bit_exact(g, w, what=out_name, spec_id="EN.5.1", context={"variant": name, "case": label})
 
 
