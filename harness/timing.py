@@ -162,6 +162,19 @@ def host_times_us(fn: Callable[[], object], policy: Policy, clock: Callable[[], 
     return repeat(measure, policy, clock)
 
 
+def host_times_capped_us(
+    fn: Callable[[], object], policy: Policy, cap_s: float, method: str = "host clock", clock=time.perf_counter
+):
+    """host_times_us, unless the first call takes over `cap_s` seconds: then that one call is the sample (a
+    stage must fit its time). Returns (samples, method described)."""
+    t = clock()
+    fn()
+    first = clock() - t
+    if first > cap_s:
+        return [first * 1e6], f"one call (over the {cap_s:g} s cap of the stage), host clock"
+    return host_times_us(fn, policy, clock), method
+
+
 def rounds_for(estimate_s: float, policy: Policy) -> int:
     """pytest-benchmark rounds that fit the policy's budget for a call of `estimate_s` seconds."""
     if estimate_s <= 0:

@@ -98,6 +98,22 @@ def test_host_times_warm_up_then_measure():
     assert len(calls) == 2 + 3
 
 
+@pytest.mark.parametrize("cost_s,samples,method", [(2.0, 1, "one call (over the 1 s cap"), (0.002, 3, "mine")])
+def test_host_times_capped_times_a_slow_call_once(cost_s, samples, method):
+    clock = FakeClock()
+    calls = []
+
+    def fn():
+        calls.append(clock())
+        clock.advance(cost_s)
+
+    policy = timing.Policy(warmup=1, min_reps=3, max_reps=5, budget_s=0.0)
+    got, how = timing.host_times_capped_us(fn, policy, 1.0, "mine", clock)
+    assert len(got) == samples and all(x == pytest.approx(cost_s * 1e6) for x in got)
+    assert how.startswith(method)
+    assert len(calls) == (1 if samples == 1 else 1 + 1 + 3)  # the probe, then warm-up and repetitions
+
+
 @pytest.mark.parametrize(
     "set_bytes,l2,max_sets,mode,sets",
     [

@@ -73,16 +73,6 @@ def tree_nbytes(tree) -> int:
     return sum(np.asarray(getattr(tree, f)).nbytes for f in Tree.FIELDS)
 
 
-def _capped(fn, policy) -> tuple[list[float], str]:
-    """Host times of fn: one call when it takes over CPU_CAP_S, else the policy's repetitions."""
-    t = time.perf_counter()
-    fn()
-    first = time.perf_counter() - t
-    if first > CPU_CAP_S:
-        return [first * 1e6], f"one call (over the {CPU_CAP_S:g} s cap of the stage), host clock"
-    return timing.host_times_us(fn, policy), "host clock"
-
-
 def time_cpu_builders(args, policy, serving=False) -> dict:
     """Every registered CPU builder on `args`: its time, or why it could not run; with `serving`, also end to
     end as a serving engine runs it (`<name>+copies`: top-k down, the build, every layout up, synchronised)."""
@@ -94,7 +84,7 @@ def time_cpu_builders(args, policy, serving=False) -> dict:
         except Unavailable as e:
             out[name] = record.comparator(error=str(e), note=note)
             continue
-        samples, method = _capped(fn, policy)
+        samples, method = timing.host_times_capped_us(fn, policy, CPU_CAP_S)
         out[name] = record.comparator(timing.summary(samples, where="host", method=method), note=note)
         if serving:
             e2e, method = transfers.serving_e2e_us(make, args, policy, cap_s=CPU_CAP_S)
