@@ -116,10 +116,16 @@ SHAPES = [(0, 0, 0), (1, 1, 1), (16, 15, 16), (64, 15, 64), (1024, 32, 1024), (1
 def test_geometry_headers_build_as_a_host_library():
     """The headers compile as plain host C++ (the engine's host code and kernels_cu/geometry.py use them so)
     and give the sizes the layouts imply."""
-    smem0, staged0 = geometry.tree_build(64, 15, 64, 0, 1)
-    smem1, staged1 = geometry.tree_build(64, 15, 64, 1 << 40, 1)
-    assert (staged0, staged1) == (0, 1) and smem1 - smem0 == 15 * 64 * 4  # the staged log-probs
-    assert geometry.tree_build(64, 15, 64, 1 << 40, 0) == (smem0, 0)  # the heap_global policy never stages
+    smem0, staged0, cap0 = geometry.tree_build(64, 15, 64, 0, 1)
+    smem1, staged1, cap1 = geometry.tree_build(64, 15, 64, 1 << 40, 1)
+    assert (staged0, staged1, cap0, cap1) == (0, 1, 0, 0) and smem1 - smem0 == 15 * 64 * 4  # the staged log-probs
+    assert geometry.tree_build(64, 15, 64, 1 << 40, 0) == (smem0, 0, 0)  # the heap_global policy never stages
+    # select_verify: about 4B + 64 candidates (root included) of 48 bytes at L = 15 where they fit, none where not
+    smem2, _, cap2 = geometry.tree_build(64, 15, 64, 1 << 40, 0, 1)
+    assert cap2 == 4 * 64 + 65 and smem2 > smem0
+    assert geometry.tree_build(64, 15, 64, 0, 0, 1) == (smem0, 0, 0)
+    smem3, _, cap3 = geometry.tree_build(1024, 32, 1024, 227 * 1024, 0, 1)
+    assert 1024 + 2 <= cap3 < 4 * 1024 + 65 and smem3 <= 227 * 1024 - 1024
     assert geometry.tree_accept(1025) == (6 * 1025 + 33) * 4
     assert geometry.tree_verify(1, 1, 0)["threads"] == specs.get("tree_verify", "portable").block
 
@@ -130,14 +136,16 @@ def test_geometry_host_equals_device():
     """Each spec's query kernel evaluates the same header on the GPU: the numbers the host library gives."""
     import numpy as np
 
+    from kernels_cu import tree_build_ops
+
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     for spec in specs.for_op("tree_build"):
-        policy = int(spec.all_defines()["KDTR_TB_STAGE_LP"])
         for B, L, K in SHAPES:
-            for limit in (0, 1 << 40):  # nothing fits / everything fits
-                dev = runtime.geometry(spec, (np.int32(B), np.int32(L), np.int32(K), np.int64(limit)), 2)
-                assert dev == geometry.tree_build(B, L, K, limit, policy), (spec.name, B, L, K, limit)
+            for limit in (0, 100 * 1024, 1 << 40):  # nothing fits / a consumer GPU's limit / everything fits
+                dev = runtime.geometry(spec, (np.int32(B), np.int32(L), np.int32(K), np.int64(limit)), 3)
+                host = geometry.tree_build(B, L, K, limit, *tree_build_ops.policies(spec))
+                assert dev == host, (spec.name, B, L, K, limit)
     for spec in specs.for_op("tree_accept"):
         for D in (1, 2, 65, 1025):
             assert runtime.geometry(spec, (np.int32(D),), 1) == (geometry.tree_accept(D),)

@@ -430,3 +430,64 @@ def test_batch_invariant(impl, case, data):
         assert_bit_exact(
             np.asarray(getattr(alone, f))[:1], np.asarray(getattr(full, f))[b : b + 1], what=f, spec_id="TB.4.2"
         )
+
+
+# --- the select-then-verify kernel's replay (kernels_cu/tree_build.cu, variant select_verify) ------------------
+FALLBACK_CASES = hh.select_fallback_cases()
+
+
+@pytest.mark.spec("TB.2.1", "TB.2.3")
+@pytest.mark.parametrize("name", sorted(FALLBACK_CASES))
+def test_inputs_that_force_the_select_fallback(impl, name):
+    """Inputs on which a selection shortcut goes wrong (unstable sibling chains) or overflows (ties everywhere):
+    every implementation is still the reference, bit for bit. test_select_fallback_is_taken shows that the
+    select_verify kernel replays on them; its mutants without the replay or the chain check fail here."""
+    case = FALLBACK_CASES[name]
+    want = ref.tree_build(**case.args)
+    if name == "unstable_chains":  # the input does what it claims: the shortcut misses nodes of the tree
+        lp = case.top_logp
+        misses = sum(
+            hh.chain_shortcut_misses(lp[b], want.ranks[b], want.depths[b], want.parents[b], want.scores[b])
+            for b in range(lp.shape[0])
+        )
+        assert misses > 0
+    check_matches_reference(run(impl, case), case)
+
+
+def _select_reporting_fallbacks():
+    """tree_build:select_verify built to report its replays in n_nodes (-1 a check failed, -2 overflow)."""
+    import dataclasses
+
+    from harness import device
+    from kernels_cu import specs, tree_build_ops
+
+    if not device.probe().ok:
+        pytest.skip(f"GPU unavailable: {device.probe().reason}")
+    spec = specs.get("tree_build", "select_verify")
+    return tree_build_ops.bind(dataclasses.replace(spec, defines=(*spec.defines, ("KDTR_TB_FALLBACK", "2"))))
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("TB.2.3")
+def test_select_fallback_is_taken():
+    build = _select_reporting_fallbacks()
+    for name, why in (("unstable_chains", -1), ("all_ties", -2)):
+        got = build(**FALLBACK_CASES[name].args)
+        assert (np.asarray(got.n_nodes) == why).any(), (name, got.n_nodes)
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("TB.2.3")
+@pytest.mark.parametrize("B", [16, 64, 256, 1024])
+def test_select_path_serves_drafter_like_inputs(B):
+    """On the benchmark's inputs (bf16-quantized log-probs, L = 15, K_in = B) the selection is verified and
+    taken in every request, and the tree is the reference's, bit for bit."""
+    build = _select_reporting_fallbacks()
+    rng = np.random.default_rng(B)
+    bs, L = 4, 15
+    lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)
+    ids = np.argsort(rng.random((bs, L, B)), axis=-1).astype(np.int32)
+    case = hh.topk_case(lp, ids, np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
+    got = build(**case.args)
+    assert (np.asarray(got.n_nodes) > 0).all(), f"fell back: {got.n_nodes}"
+    check_matches_reference(got, case)

@@ -49,6 +49,14 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "if (tied & (tied - 1)) {  // equal scores",
         "if (false) {  // equal scores",
     ),
+    # tree_build:select_verify (KDTR_TB_SELECT = 1): the replay where the selection is not the heap's, and
+    # the stability check of the sibling-chain shortcut
+    "k_tb_select_no_fallback": ("tree_build", "#define KDTR_TB_FALLBACK 1", "#define KDTR_TB_FALLBACK 0"),
+    "k_tb_select_chain_unchecked": (
+        "tree_build",
+        "if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;",
+        "if (false) sh_fail = 1;",
+    ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (
         "tree_accept",

@@ -115,6 +115,48 @@ def topk_case(top_logp, top_ids, root_tokens, budget, prefix_lens=None, **kw) ->
     return Case("tree_build", {**args, **kw})
 
 
+def _ids(rng: np.random.Generator, shape) -> np.ndarray:
+    """Distinct token ids per row (a permutation of a random range)."""
+    return np.argsort(rng.random(shape), axis=-1).astype(np.int32) + np.int32(rng.integers(0, 1000))
+
+
+def select_fallback_cases() -> dict[str, Case]:
+    """tree_build inputs on which the select-then-verify kernel (kernels_cu/tree_build.cu) must replay:
+    'unstable_chains': rank 0 of each row a tiny log-prob with a full mantissa, ranks 1.. near -1000 and
+    crossing binades (1024, 2048), so the shortcut s_r = t_0 + lp[r] of a sibling chain misses the
+    recursion (t_0's low bits are rounded away at rank 1, and ties round to even at the binade crossings);
+    'all_ties': every log-prob -1.0, so every node of a depth ties and the candidates overflow the capacity."""
+    rng = np.random.default_rng(20261203)
+    shape = (6, 4, 64)
+    steps = rng.uniform(20.0, 30.0, shape)
+    steps[..., 0] = 0.0
+    wide = -(1000.0 + np.cumsum(steps, axis=-1) - steps[..., :1])
+    wide[..., 0] = -rng.uniform(1e-9, 2e-9, shape[:-1])
+    ties = np.full(shape, -1.0, np.float32)
+    roots = np.arange(shape[0], dtype=np.int32)
+    return {
+        "unstable_chains": topk_case(wide.astype(np.float32), _ids(rng, shape), roots, 64),
+        "all_ties": topk_case(ties, _ids(rng, shape), roots, 64),
+    }
+
+
+def chain_shortcut_misses(
+    lp: np.ndarray, ranks: np.ndarray, depths: np.ndarray, parents: np.ndarray, scores: np.ndarray
+) -> int:
+    """How many nodes of one request's tree have a score that the chain shortcut t_0 + lp[r] (t_0 = s_0 - lp[0],
+    s_0 the first sibling's score) gets wrong: where a kernel that skipped its stability check would differ."""
+    misses = 0
+    for i in range(1, len(ranks)):
+        r, d = int(ranks[i]), int(depths[i])
+        if r < 1 or parents[i] < 0:
+            continue
+        row = lp[d - 1].astype(np.float64)
+        p = int(parents[i])
+        s0 = float(row[0]) if d == 1 else float(scores[p]) + float(row[0])
+        misses += (s0 - float(row[0])) + float(row[r]) != float(scores[i])
+    return misses
+
+
 # ------------------------------------------------------------------------------------------- trees
 @st.composite
 def parent_arrays(draw, min_nodes=1, max_nodes=40):

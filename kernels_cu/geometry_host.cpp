@@ -6,13 +6,16 @@
 #include "tree_verify.cuh"
 
 extern "C" {
-// tree_build: dynamic shared memory and whether the log-probs are staged, for the variant's staging policy
-// (KDTR_TB_STAGE_LP) and the device's per-block limit.
-void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, long long* out) {
+// tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity,
+// for the variant's policies (KDTR_TB_STAGE_LP, KDTR_TB_SELECT) and the device's per-block limit.
+void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, int select_policy,
+                              long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
-  out[0] = tree_build_smem(B, L, K, stage).total;
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy);
+  out[0] = tree_build_smem(B, L, K, stage, cap).total;
   out[1] = stage ? 1 : 0;
+  out[2] = cap;
 }
 
 // tree_accept: dynamic shared memory for tree width D.

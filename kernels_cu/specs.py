@@ -102,6 +102,20 @@ SPECS: tuple[KernelSpec, ...] = (
         options=_EXACT,
     ),
     KernelSpec(
+        "tree_build",
+        "select_verify",
+        "the first B nodes selected level by level under a rising score threshold, ranked in parallel and "
+        "checked to be what the heap pops (generator-closed, successors after the last, no rounding "
+        "inversion); the lane_cached replay where a check fails or the candidates overflow",
+        "tree_build.cu",
+        "tree_build_kernel",
+        "tree_build_geometry",
+        256,
+        extra_entries=("tree_build_check_kernel",),
+        defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "1"), ("KDTR_TB_SELECT", "1")),
+        options=_EXACT,
+    ),
+    KernelSpec(
         "tree_accept",
         "pointer_jump",
         "parents by pointer jumping over the sibling lists, first match by atomicMin, register-staged commit",

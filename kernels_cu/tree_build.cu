@@ -8,8 +8,9 @@
 // so a pop costs O(B/32 + log 32) instead of O(log B) dependent shared-memory round trips.
 // Rank tuples are packed into 64-bit words, 6 ranks of 10 bits per word from the most significant end,
 // zero padded: comparing the words and then the depth is exactly lexicographic order with prefixes first.
-// Sorting the top-B set instead of replaying pops would be faster, but it differs from the heap when float64
-// rounding makes a sibling beat its predecessor by an ulp (round-half-even can), so it is not used.
+// Sorting the top-B set instead of replaying pops is faster, but it differs from the heap when float64
+// rounding makes a sibling beat its predecessor by an ulp (round-half-even can): the select-then-verify
+// variant (KDTR_TB_SELECT, below) checks that the heap would pop its selection and replays where not.
 //
 // Launch: grid = bs, block = KDTR_BLOCK threads (>= 32), dynamic shared memory laid out by tree_build_smem()
 // in tree_build.cuh, which the host reads through tree_build_geometry below. lp_in_smem = 1 stages the
@@ -19,6 +20,15 @@
 
 #ifndef KDTR_TB_POP
 #define KDTR_TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (see the pop loops)
+#endif
+#ifndef KDTR_TB_SELECT
+#define KDTR_TB_SELECT 0  // 1: select-then-verify first, the lane-cached replay (KDTR_TB_POP 1) where it fails
+#endif
+#ifndef KDTR_TB_FALLBACK
+// What a failed selection does: 1 replays the heap (always, in a build); 2 replays it and reports why in
+// n_nodes (-1 a check failed, -2 U overflowed: tools/tree_build_dev.py measures the fallback rate). The
+// harness's fallback mutant sets 0: it keeps an unverified selection.
+#define KDTR_TB_FALLBACK 1
 #endif
 
 namespace {
@@ -71,15 +81,331 @@ __device__ __forceinline__ uint64_t order_key(double s) {
   return (u >> 63) ? ~u : (u | (1ull << 63));
 }
 
+// ---- select-then-verify (KDTR_TB_SELECT = 1) ------------------------------------------------------------
+// The heap pops, in order, the set S of its first B nodes. Instead of replaying it pop by pop, the block
+// (1) selects a candidate set U level by level, pruned by a score threshold tau that only rises (after each
+// level, tau = the B-th best score of U, so tau never passes the B-th best score of the whole tree) and by
+// a staircase bound (the parent ranked j-th in its level keeps at most floor(B / (j + 1)) children: each of
+// the j better parents has a child better than any of those), (2) ranks U in the heap's total order and
+// takes the first B as S, and (3) verifies, node by node, the three conditions under which the heap pops
+// exactly S in that order:
+//   (a) S is closed under generators (a node's previous sibling, or its parent for rank 0),
+//   (b) every successor (next sibling, first child) of a node of S with a finite score is in S, or comes
+//       after the last node of S in the total order (and S holds B nodes),
+//   (c) no node of S comes before its generator (only an ulp of float64 rounding can make a next sibling's
+//       score exceed its predecessor's).
+// Then the heap's best is always the next node of S (its generator was popped before it, and every other
+// frontier entry is a later node of S or after all of S), so the replay would pop S in rank order. Where a
+// check fails, U overflows its capacity, or a sibling chain is not stable (below), the kernel replays the heap.
+// Scores: rank r >= 1 of a sibling chain is (s_{r-1} - lp[r-1]) + lp[r]; when every t_r = s_r - lp[r] of
+// the chain equals t_0 (checked per element), s_r = t_0 + lp[r] needs no chain, and it is non-increasing in r
+// (one rounding of a non-increasing function), so a binary search finds the ranks at or above tau.
+constexpr int kMaxRankWords = (KDTR_MAX_DEPTH + kRanksPerWord - 1) / kRanksPerWord;
+constexpr int kMetaParentBits = 13;           // U index of the parent (0 = the root)
+constexpr int kMetaDropped = (1 << kMetaParentBits) - 1;  // the parent was pruned (the check (a) fails)
+static_assert(kTreeBuildSelectMaxCap < kMetaDropped, "a U index must not read as the dropped mark");
+
+__device__ __forceinline__ int sel_meta(int parent, int rank, int depth) {
+  return parent | (rank << kMetaParentBits) | (depth << (kMetaParentBits + kRankBits));
+}
+__device__ __forceinline__ int sel_parent(int m) { return m & kMetaDropped; }
+__device__ __forceinline__ int sel_rank(int m) { return (m >> kMetaParentBits) & ((1 << kRankBits) - 1); }
+__device__ __forceinline__ int sel_depth(int m) { return m >> (kMetaParentBits + kRankBits); }
+
+struct SelectSet {  // U, in the space of the replay's frontier and tuple words
+  double* score;    // [cap]
+  uint64_t* words;  // [cap * nwords] rank tuple (tree_build.cu's packing)
+  int* meta;        // [cap] sel_meta(parent, rank, depth)
+  int* first;       // [cap] U index of the first child, -1 if none in U
+  int* aux;         // [cap] scratch: staircase rank, keep flag, heap rank
+  int* aux2;        // [cap] scratch: child counts -> offsets, new indices
+  int nwords;
+};
+
+// Is U[i] before U[j] in the heap's total order (score descending, rank tuple ascending, prefix first)?
+__device__ __forceinline__ bool sel_before(const SelectSet& u, int i, int j) {
+  const double a = u.score[i], b = u.score[j];
+  if (a != b) return a > b;
+  for (int w = 0; w < u.nwords; ++w) {
+    const uint64_t wa = u.words[i * u.nwords + w], wb = u.words[j * u.nwords + w];
+    if (wa != wb) return wa < wb;
+  }
+  return sel_depth(u.meta[i]) < sel_depth(u.meta[j]);
+}
+
+// In-place exclusive prefix sum of a[0, n) in shared memory by the whole block; returns the total.
+// Chunks of KDTR_BLOCK: warp shuffles, then the warps' sums through `warp_sums`.
+__device__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
+  constexpr int kWarps = KDTR_BLOCK / 32;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int carry = 0;
+  for (int base = 0; base < n; base += KDTR_BLOCK) {
+    const int i = base + tid;
+    const int v = i < n ? a[i] : 0;
+    int x = v;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+      int w = lane < kWarps ? warp_sums[lane] : 0;
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += y;
+      }
+      if (lane < kWarps) warp_sums[lane] = w;  // inclusive sums of the warps
+    }
+    __syncthreads();
+    const int before = carry + (warp ? warp_sums[warp - 1] : 0) + x - v;
+    const int chunk = warp_sums[kWarps - 1];
+    if (i < n) a[i] = before;
+    __syncthreads();  // warp_sums is rewritten by the next chunk
+    carry += chunk;
+  }
+  return carry;
+}
+
+// Children of the parent U[p] (depth d, its score sp) that may belong to S: their number, the first
+// child's score s0 and the chain's t0 (for s_r = t0 + lp[r], r >= 1). Block-uniform arguments only.
+struct ChildChain { double s0, t0; };
+__device__ __forceinline__ ChildChain child_chain(double sp, int d, const float* lp, int K_in) {
+  const double l0 = double(lp[size_t(d) * K_in]);
+  const double s0 = d == 0 ? l0 : __dadd_rn(sp, l0);  // the first node is float(lp[0][0]), no addition
+  return ChildChain{s0, __dsub_rn(s0, l0)};
+}
+
+// Status of select_build: the selection is the heap's (kSelected), or why not.
+enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
+
+// The whole block. On kSelected (and, for the fallback mutant, kUnverified) the nodes are in s_* in pop
+// order and *count holds 1 + their number; otherwise s_* are untouched.
+__device__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
+                            double* s_score, int* s_parent, int* s_depth, int* s_rank, int* s_first,
+                            int* s_next, int* count) {
+  __shared__ int warp_sums[KDTR_BLOCK / 32];
+  __shared__ int sh_n, sh_pb, sh_fail, sh_last;
+  __shared__ unsigned long long sh_tau, sh_tau_min;
+  const int tid = threadIdx.x, nw = u.nwords;
+  if (tid == 0) {  // U[0] is the root
+    u.score[0] = 0.0;
+    u.meta[0] = sel_meta(0, 0, 0);
+    u.first[0] = -1;
+    sh_n = 1; sh_pb = 0; sh_fail = 0;
+    sh_tau = order_key(-1.7976931348623157e308);  // the lowest finite score: -inf is never selected
+  }
+  for (int w = tid; w < nw; w += KDTR_BLOCK) u.words[w] = 0ull;
+  __syncthreads();
+  for (int d = 0; d < L; ++d) {
+    const int pb = sh_pb, n = sh_n, P = n - pb;
+    const uint64_t tau = sh_tau;
+    if (P == 0) break;
+    // staircase rank of each parent within its level (same-level U order is rank-tuple order)
+    for (int i = pb + tid; i < n; i += KDTR_BLOCK) {
+      const uint64_t ki = order_key(u.score[i]);
+      int j = 0;
+      for (int x = pb; x < n; ++x) {
+        const uint64_t kx = order_key(u.score[x]);
+        j += kx > ki || (kx == ki && x < i);
+      }
+      const int stair = j < B ? B / (j + 1) : 0;
+      const int cap_r = stair < K ? stair : K;
+      // how many children: rank 0 by its own score, ranks 1.. by t0 + lp[r] (non-increasing in r)
+      const ChildChain c = child_chain(u.score[i], d, lp, K_in);
+      int cnt = 0;
+      if (cap_r > 0 && c.s0 != -CUDART_INF && order_key(c.s0) >= tau) {
+        const float* row = lp + size_t(d) * K_in;
+        int lo = 1, hi = cap_r;
+        while (lo < hi) {
+          const int mid = (lo + hi) >> 1;
+          const double sm = __dadd_rn(c.t0, double(row[mid]));
+          if (sm != -CUDART_INF && order_key(sm) >= tau) lo = mid + 1; else hi = mid;
+        }
+        cnt = lo;
+      }
+      u.aux2[i] = cnt;
+      u.first[i] = -1;
+    }
+    __syncthreads();
+    const int total = block_exclusive_scan(u.aux2 + pb, P, warp_sums);  // offsets of each parent's children
+    if (n + total > cap) return kOverflow;  // block-uniform: total and n are the same in every thread
+    if (total == 0) break;
+    // the children, one thread each; the parent by binary search over the offsets
+    for (int k = tid; k < total; k += KDTR_BLOCK) {
+      int lo = 0, hi = P - 1;  // the last parent whose offset is <= k
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (u.aux2[pb + mid] <= k) lo = mid; else hi = mid - 1;
+      }
+      const int p = pb + lo, r = k - u.aux2[p], idx = n + k;
+      const ChildChain c = child_chain(u.score[p], d, lp, K_in);
+      double sc = c.s0;
+      if (r > 0) {
+        const double l = double(lp[size_t(d) * K_in + r]);
+        sc = __dadd_rn(c.t0, l);
+        if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;  // the chain is not stable here
+      } else if (d > 0) {
+        u.first[p] = idx;
+      }
+      u.score[idx] = sc;
+      u.meta[idx] = sel_meta(p, r, d + 1);
+      u.first[idx] = -1;
+      for (int w = 0; w < nw; ++w) u.words[size_t(idx) * nw + w] = u.words[size_t(p) * nw + w] | rank_bits(d + 1, r, w);
+    }
+    if (d == 0 && tid == 0) u.first[0] = n;  // the root's first child (rank 0 is always kept when any is)
+    __syncthreads();
+    const int n2 = n + total;
+    if (tid == 0) { sh_pb = n; sh_n = n2; }
+    if (n2 - 1 > B) {  // prune: keep the nodes with fewer than B strictly better scores (ties all stay)
+      for (int i = 1 + tid; i < n2; i += KDTR_BLOCK) {
+        const uint64_t ki = order_key(u.score[i]);
+        int better = 0;
+        for (int x = 1; x < n2 && better < B; ++x) better += order_key(u.score[x]) > ki;
+        const int keep = better < B;
+        u.aux[i] = keep;
+        u.aux2[i] = keep;
+      }
+      if (tid == 0) { u.aux[0] = 1; u.aux2[0] = 1; sh_tau_min = ~0ull; }
+      __syncthreads();
+      const int kept = block_exclusive_scan(u.aux2, n2, warp_sums);  // aux2 = new index of a kept node
+      // tau rises to the lowest kept score (the B-th best)
+      for (int i = 1 + tid; i < n2; i += KDTR_BLOCK)
+        if (u.aux[i]) atomicMin(&sh_tau_min, (unsigned long long)order_key(u.score[i]));
+      // move the kept nodes down, one chunk of KDTR_BLOCK at a time: targets never pass the chunk's end
+      for (int base = 0; base < n2; base += KDTR_BLOCK) {
+        const int i = base + tid;
+        const bool mine = i < n2 && u.aux[i];
+        double sc = 0.0;
+        int m = 0, f = -1;
+        uint64_t wd[kMaxRankWords];
+        if (mine) {
+          sc = u.score[i];
+          m = u.meta[i];
+          f = u.first[i];
+#pragma unroll
+          for (int w = 0; w < kMaxRankWords; ++w) wd[w] = w < nw ? u.words[size_t(i) * nw + w] : 0ull;
+        }
+        __syncthreads();
+        if (mine) {
+          const int j = u.aux2[i];
+          const int p = sel_parent(m);
+          const int np = i == 0 ? 0 : (u.aux[p] ? u.aux2[p] : kMetaDropped);
+          u.score[j] = sc;
+          u.meta[j] = (m & ~kMetaDropped) | np;
+          u.first[j] = (f >= 0 && u.aux[f]) ? u.aux2[f] : -1;
+#pragma unroll
+          for (int w = 0; w < kMaxRankWords; ++w)
+            if (w < nw) u.words[size_t(j) * nw + w] = wd[w];
+        }
+        __syncthreads();
+      }
+      if (tid == 0) {
+        sh_pb = u.aux2[n];  // the new level starts where its first kept node went (n < n2 here)
+        sh_n = kept;
+        sh_tau = sh_tau_min;  // the B-th best score: at least B nodes of U reach it
+      }
+    }
+    __syncthreads();
+  }
+  // (2) the heap rank of each candidate; S = the first min(|U| - 1, B)
+  const int n = sh_n;
+  const int ns = n - 1 < B ? n - 1 : B;
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    int r = 0;
+    for (int x = 1; x < n; ++x) r += x != i && sel_before(u, x, i);
+    u.aux[i] = r;
+    if (r == ns - 1) sh_last = i;
+  }
+  if (tid == 0 && ns == 0 && double(lp[0]) != -CUDART_INF) sh_fail = 1;  // (0) is finite and not selected
+  __syncthreads();
+  // (3) the checks (a), (b), (c), node by node
+  const int last = ns > 0 ? sh_last : 0;
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    if (u.aux[i] >= ns) continue;
+    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m), d = sel_depth(m);
+    const double sc = u.score[i];
+    const uint64_t* wi = u.words + size_t(i) * nw;
+    bool ok = p != kMetaDropped && (p == 0 || u.aux[p] < ns);                       // (a) parent
+    if (ok && r > 0) {                                                               // (a), (c) previous sibling
+      const int q = i - 1;  // siblings are adjacent in U, in rank order (U[0], the root, is nobody's sibling)
+      ok = q >= 1 && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r - 1 && u.aux[q] < ns && !(sc > u.score[q]);
+    } else if (ok && p != 0) {
+      ok = !(sc > u.score[p]);                                                       // (c) parent
+    }
+    if (ok && r + 1 < K) {                                                           // (b) next sibling
+      const float* row = lp + size_t(d - 1) * K_in;
+      const double ys = __dadd_rn(__dsub_rn(sc, double(row[r])), double(row[r + 1]));
+      const int q = i + 1;
+      const bool in = q < n && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r + 1 && u.aux[q] < ns;
+      if (ys != -CUDART_INF && !in) {
+        bool after = ns == B;
+        if (after && u.score[last] != ys) {
+          after = u.score[last] > ys;
+        } else if (after) {  // equal scores: the tuples decide (y's is i's with rank r + 1)
+          int w = 0;
+          for (; w < nw; ++w) {
+            const uint64_t wy = wi[w] + rank_bits(d, 1, w), wl = u.words[size_t(last) * nw + w];
+            if (wl != wy) { after = wl < wy; break; }
+          }
+          if (w == nw) after = sel_depth(u.meta[last]) < d;
+        }
+        ok = after;
+      }
+    }
+    if (ok && d < L) {                                                               // (b) first child
+      const double zs = __dadd_rn(sc, double(lp[size_t(d) * K_in]));
+      const int f = u.first[i];
+      const bool in = f >= 0 && u.aux[f] < ns;
+      if (zs != -CUDART_INF && !in) {
+        bool after = ns == B;
+        if (after && u.score[last] != zs) {
+          after = u.score[last] > zs;
+        } else if (after) {  // equal scores: z's tuple is i's plus rank 0, one deeper
+          int w = 0;
+          for (; w < nw; ++w) {
+            const uint64_t wl = u.words[size_t(last) * nw + w];
+            if (wl != wi[w]) { after = wl < wi[w]; break; }
+          }
+          if (w == nw) after = sel_depth(u.meta[last]) < d + 1;
+        }
+        ok = after;
+      }
+    }
+    if (!ok) sh_fail = 1;
+  }
+  __syncthreads();
+  const int status = sh_fail ? kUnverified : kSelected;
+  if (status != kSelected && KDTR_TB_FALLBACK != 0) return status;
+  // S in pop order. (Only the fallback mutant gets here unverified: the guards keep its writes in bounds.)
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    const int o = u.aux[i] + 1;
+    if (o > ns) continue;
+    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m);
+    const int po = p == 0 ? 0 : (p == kMetaDropped || u.aux[p] >= ns) ? -1 : u.aux[p] + 1;
+    s_score[o] = u.score[i];
+    s_parent[o] = po < 0 ? 0 : po;
+    s_depth[o] = sel_depth(m);
+    s_rank[o] = r;
+    if (r == 0 && po >= 0) s_first[po] = o;
+    if (r > 0 && i > 1 && u.aux[i - 1] < ns && sel_parent(u.meta[i - 1]) == p) s_next[u.aux[i - 1] + 1] = o;
+  }
+  if (tid == 0) *count = ns + 1;
+  return status;
+}
+
 }  // namespace
 
 // Host-side geometry, evaluated by the same constexpr functions the kernel uses: out[0] = dynamic shared
-// memory bytes, out[1] = lp_in_smem, for budget B, depth L, K_in and the device's per-block limit.
+// memory bytes, out[1] = lp_in_smem, out[2] = select_cap, for budget B, depth L, K_in and the device's
+// per-block limit.
 extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long smem_limit, long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, KDTR_TB_STAGE_LP);
-  out[0] = tree_build_smem(B, L, K, stage).total;
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT);
+  out[0] = tree_build_smem(B, L, K, stage, cap).total;
   out[1] = stage ? 1 : 0;
+  out[2] = cap;
 }
 
 extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
@@ -87,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
     const int* __restrict__ top_ids,      // [bs, L, K_in]
     const int* __restrict__ root_tokens,  // [bs]
     const int* __restrict__ prefix_lens,  // [bs]
-    int L, int K_in, int B, int lp_in_smem,
+    int L, int K_in, int B, int lp_in_smem, int select_cap,
     int* __restrict__ n_nodes,            // [bs]
     int* __restrict__ parents, int* __restrict__ depths, int* __restrict__ tokens, int* __restrict__ ranks,
     double* __restrict__ scores,          // [bs, D]
@@ -100,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
   const int nwords = tree_build_rank_words(L);
-  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0);
+  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0, select_cap);
   Entry* frontier = reinterpret_cast<Entry*>(smem + lay.frontier);  // [D]
   uint64_t* words = reinterpret_cast<uint64_t*>(smem + lay.words);  // [D * nwords]
   double* s_score = reinterpret_cast<double*>(smem + lay.score);    // [D]
@@ -209,12 +535,35 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
     if (lane == 0) s_count = count + 1;
   }
 #elif KDTR_TB_POP == 1
+  bool replay = true;
+#if KDTR_TB_SELECT
+#if KDTR_TB_FALLBACK == 2
+  __shared__ int s_select_status;
+#endif
+  if (select_cap > 0 && B > 0 && L > 0 && K > 0) {
+    const int nw = nwords;
+    double* u_score = reinterpret_cast<double*>(smem);
+    uint64_t* u_words = reinterpret_cast<uint64_t*>(u_score + select_cap);
+    int* u_meta = reinterpret_cast<int*>(u_words + size_t(select_cap) * nw);
+    const SelectSet u{u_score, u_words, u_meta, u_meta + select_cap, u_meta + 2 * select_cap,
+                      u_meta + 3 * select_cap, nw};
+    const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, s_score, s_parent, s_depth, s_rank, s_first,
+                                s_next, &s_count);
+    replay = st == kOverflow || (st == kUnverified && KDTR_TB_FALLBACK != 0);
+#if KDTR_TB_FALLBACK == 2
+    if (tid == 0) s_select_status = st;
+#endif
+    __syncthreads();  // U is dead from here on: the replay reuses its space
+  }
+#endif
   // ---- the pops: warp 0 only, each lane caching the best of its own slots ---------------------------------
   // A pop is two warp max-reductions of the lanes' 64-bit keys, a ballot, and the broadcast of the winner's
   // entry; no lane scans the whole frontier. Only the popping lane rescans its own slots (at most
   // 1 + ceil(B/32)); the lane that receives the new first child compares it with its cached best.
-  if (tid < 32) {
+  if (replay && tid < 32) {
     const int lane = tid;
+    for (int x = lane; x < nwords; x += 32) words[x] = 0ull;  // the root's tuple (a failed selection used it)
+    __syncwarp();
     double* f_score = reinterpret_cast<double*>(frontier);                      // [32 * slots]
     int* f_meta = reinterpret_cast<int*>(f_score + 32 * tree_build_lane_slots(B));  // [32 * slots]
     int n = 0;          // entries in this lane's slots (slots j*32 + lane, j < n)
@@ -305,6 +654,10 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
   const int P = prefix_lens[b];
   const size_t row0 = size_t(b) * D;
   if (tid == 0) n_nodes[b] = n;
+#if KDTR_TB_SELECT && KDTR_TB_FALLBACK == 2
+  if (tid == 0 && select_cap > 0 && B > 0 && L > 0 && K > 0 && s_select_status != kSelected)
+    n_nodes[b] = -s_select_status;  // measuring: -1 unverified, -2 overflow
+#endif
   for (int i = tid; i < D; i += blockDim.x) {
     const bool real = i < n;
     const int d = s_depth[i];

@@ -15,23 +15,34 @@ static_assert(KDTR_MAX_TREE <= 32767, "frontier entries hold node indices in int
 // the first D slots as one array (32 * slots >= D + 31).
 KDTR_HD constexpr int tree_build_lane_slots(int B) { return (B + 31) / 32 + 2; }
 
-// Byte offsets of the arrays in dynamic shared memory (16-byte entries first, then 8-byte, then 4-byte
-// arrays: every array stays aligned), and the total.
-struct TreeBuildSmem {
-  long long frontier, words, score, parent, depth, rank, first, next, last, lp, total;
-};
-
 KDTR_HD constexpr int tree_build_rank_words(int L) {
   return L > 0 ? (L + kTreeBuildRanksPerWord - 1) / kTreeBuildRanksPerWord : 1;
 }
 
-KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp) {
+// The select-then-verify build (KDTR_TB_SELECT = 1) keeps its candidate set U in the space the replay's
+// frontier and tuple words use (the replay runs only when the selection fails, after U is dead). Per
+// candidate: score (double), rank-tuple words, then four ints (meta, first child, two scratch words).
+KDTR_HD constexpr long long tree_build_select_node_bytes(int L) { return 8 + 8LL * tree_build_rank_words(L) + 16; }
+// U's indices (root included) must fit the 13-bit parent field of a candidate's meta; 8191 marks a dropped parent.
+constexpr int kTreeBuildSelectMaxCap = 8190;
+
+// Byte offsets of the arrays in dynamic shared memory (16-byte entries first, then 8-byte, then 4-byte
+// arrays: every array stays aligned), and the total. `select_cap` candidates of the select-then-verify
+// build share the first region (frontier + words) with the replay; 0 when the variant does not select.
+struct TreeBuildSmem {
+  long long frontier, words, score, parent, depth, rank, first, next, last, lp, total;
+};
+
+KDTR_HD constexpr long long tree_build_max(long long a, long long b) { return a > b ? a : b; }
+
+KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp, int select_cap = 0) {
   const long long D = B + 1;
   TreeBuildSmem s{};
   const long long F = 32LL * tree_build_lane_slots(B);  // frontier slots (>= D)
   s.frontier = 0;                                       // [F] slots of 16 bytes (Entry, or score + meta)
   s.words = s.frontier + F * 16;                        // uint64 [D * rank words]
-  s.score = s.words + D * tree_build_rank_words(L) * 8;  // double [D]
+  const long long replay_end = s.words + D * tree_build_rank_words(L) * 8;
+  s.score = tree_build_max(replay_end, select_cap * tree_build_select_node_bytes(L));  // double [D]
   s.parent = s.score + D * 8;                           // int [D] each below
   s.depth = s.parent + D * 4;
   s.rank = s.depth + D * 4;
@@ -47,4 +58,18 @@ KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_
 // device's per-block limit, 0 = always read them from global memory) and the bytes to launch with.
 KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_limit, int stage_policy) {
   return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit;
+}
+
+// Candidates the select-then-verify build holds (KDTR_TB_SELECT = 1; 0 = the variant never selects): about
+// 4B + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
+// device's per-block shared memory (less 1 KB for the kernel's static shared variables) holds fewer; 0,
+// the replay alone, when fewer than B + 2 fit.
+KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy) {
+  const long long fixed = tree_build_smem(B, L, K, false).total - tree_build_smem(B, L, K, false).score;
+  const long long room = smem_limit - 1024 - fixed;
+  const long long fit = room > 0 ? room / tree_build_select_node_bytes(L) : 0;
+  long long cap = 4LL * B + 64 + 1;
+  cap = cap < fit ? cap : fit;
+  cap = cap < kTreeBuildSelectMaxCap ? cap : kTreeBuildSelectMaxCap;
+  return (select_policy != 0 && B > 0 && cap >= B + 2) ? int(cap) : 0;
 }

@@ -91,12 +91,17 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     return Deferred(st, launch, collect, check_flag)
 
 
+def policies(spec: KernelSpec) -> tuple[int, int]:
+    """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT)."""
+    d = spec.all_defines()
+    return int(d["KDTR_TB_STAGE_LP"]), int(d.get("KDTR_TB_SELECT", "0"))
+
+
 def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    stage_policy = int(spec.all_defines()["KDTR_TB_STAGE_LP"])
-    smem, lp_in_smem = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), stage_policy)
+    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
     st = Staging(lib, like)
     try:
         st.sync_before()
@@ -110,7 +115,7 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
         raise
     ptrs = [outs[f][1] for f in Tree.FIELDS]
     ptrs[-1] = ptrs[-1] if F else 0  # no FULL_MASK asked: the kernel skips it
-    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), np.int32(lp_in_smem), *ptrs)
+    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), np.int32(lp_in_smem), np.int32(select_cap), *ptrs)
 
     def collect():
         res = {f: st.result(outs[f][0]) for f in Tree.FIELDS}

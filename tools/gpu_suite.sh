@@ -4,7 +4,8 @@
 # gate's planted-slowdown check, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
-#           baseline report scaling engine_cuda
+#           baseline report scaling engine_cuda tb_dev
+#   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
 #   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc), then runs every op clause with
 #           --impl engine-cuda, the engine-cuda = NVRTC bit-identity and CUDA decode tests
 #           (conformance/test_engine_cuda.py) and tools/engine_numbers.py for both devices (OUT/engine-numbers/)
@@ -122,6 +123,10 @@ for stage in "${STAGES[@]}"; do case $stage in
     summary "gate: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_rerun.txt")"
     summary "gate: planted slowdown rc=$rc_slow (want 1): $(tail -1 "$OUT/logs/gate_slow.txt")"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_slow" -eq 1 ] || status=1 ;;
+  tb_dev)  # tree_build designs side by side, and how often select_verify replays (kernels_cu/PERF_NOTES.md)
+    run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py fallbacks --json "$OUT/tb-fallbacks.json"
+    run tb_dev_time timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py time ${KDTR_PERF_QUICK:+--quick} \
+        --json "$OUT/tb-designs.json" ;;
   baseline)  # the CI gate: this run's perf files against stored ones from the same kind of GPU
     if [ -z "${KDTR_PERF_BASELINE:-}" ]; then summary "baseline: skipped (KDTR_PERF_BASELINE not set)"; continue; fi
     cal=(); [ -f "$OUT/gate-calibration.json" ] && cal=(--calibration "$OUT/gate-calibration.json")

@@ -4,6 +4,7 @@ block), each checked bit-exact against the reference on the timed inputs first.
 
   python3 tools/tree_build_dev.py time [--quick] [--json F]   # µs per launch, warm CUDA-graph replays
   python3 tools/tree_build_dev.py profile                      # clock64() cycle breakdown of the pop loop
+  python3 tools/tree_build_dev.py fallbacks [--json F]         # how often select_verify replays, and why
 
 Inputs are the benchmark's (perf/bench_tree_build.py: bf16-quantized log-probs, L = 15, K_in = B), plus the
 drafter-like peaked rows of `peaked_inputs` (one confident token per depth). Times are CUDA-event medians of
@@ -110,7 +111,58 @@ def designs() -> dict[str, specs.KernelSpec]:
     out["lane_cached_staged_lp"] = dataclasses.replace(
         lane, variant="lane_cached_staged_lp", defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_POP", "1"))
     )
+    sel = out["select_verify"]
+    out["select_verify_block128"] = dataclasses.replace(sel, variant="select_verify_block128", block=128)
+    out["select_verify_block512"] = dataclasses.replace(sel, variant="select_verify_block512", block=512)
     return out
+
+
+def fallbacks(json_path=None):
+    """select_verify built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
+    candidates overflowed), over many requests of each input family: the fallback rate per (inputs, B)."""
+    sel = specs.get("tree_build", "select_verify")
+    spec = dataclasses.replace(sel, variant="select_verify_report", defines=(*sel.defines, ("KDTR_TB_FALLBACK", "2")))
+    rows = []
+    families = (("bench", bench_inputs), ("peaked", peaked_inputs), ("drafter_bf16", drafter_inputs))
+    for kind, make in families:
+        for B, L in ((16, 15), (64, 15), (256, 15), (1024, 15), (64, 32)):
+            bs = (1024 if B <= 256 else 256) if kind != "drafter_bf16" else 128
+            p = tree_build_ops.prepare(spec, *make(bs, B, L=L))
+            p.launch()
+            n = np.asarray(p.finish().n_nodes)
+            row = {
+                "inputs": kind,
+                "B": B,
+                "L": L,
+                "requests": bs,
+                "checks_failed": int((n == -1).sum()),
+                "overflowed": int((n == -2).sum()),
+            }
+            row["fallback_rate"] = round((row["checks_failed"] + row["overflowed"]) / bs, 4)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+def drafter_inputs(bs, B, L=15, seed=2):
+    """A drafter's per-depth top-B log-probs: log-softmax of Gaussian logits over an 8k vocabulary (a
+    temperature per depth), top-B sorted, bf16-quantized, as a draft model's bf16 logits give them."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    out = np.empty((bs, L, B), np.float32)
+    for b in range(bs):
+        logits = rng.standard_normal((L, 8192)) * rng.uniform(1.0, 4.0, (L, 1))
+        logits = logits.astype(ml_dtypes.bfloat16).astype(np.float64)
+        top = -np.sort(-logits, axis=-1)[:, :B]
+        mx = logits.max(-1, keepdims=True)
+        lse = np.log(np.exp(logits - mx).sum(-1, keepdims=True)) + mx
+        out[b] = (top - lse).astype(ml_dtypes.bfloat16).astype(np.float32)
+    out = np.minimum(out, np.float32(0))
+    _, ids, roots, _, pre = bench_inputs(bs, B, L)
+    return out, ids, roots, B, pre
 
 
 def bench_inputs(bs, B, L=15, seed=0):
@@ -162,9 +214,14 @@ def time_one(spec, args, want, policy) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["time", "profile"])
+    ap.add_argument("what", choices=["time", "profile", "fallbacks"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument(
+        "--designs",
+        default="heap_global,lane_cached,select_verify,select_verify_block128,select_verify_block512",
+        help="comma list of designs() names to time",
+    )
     a = ap.parse_args(argv)
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
     grid = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256, 1024)]
@@ -173,8 +230,11 @@ def main(argv=None):
     if a.what == "profile":
         profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
         return
+    if a.what == "fallbacks":
+        fallbacks(a.json)
+        return
     rows = []
-    ds = designs()
+    ds = {k: v for k, v in designs().items() if k in a.designs.split(",") or k == "heap_smem"}
     for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
         for bs, B in grid:
             if kind == "peaked" and bs not in (1, 64):

@@ -62,11 +62,13 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
   const int K = B < K_in ? B : K_in;
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
+  const int select_policy = v.has_define("KDTR_TB_SELECT") ? std::stoi(v.define("KDTR_TB_SELECT")) : 0;
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
-  const size_t smem = size_t(tree_build_smem(B, L, K, stage).total);
+  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy);
+  const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap).total);
   int lp_in_smem = stage ? 1 : 0;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
-                  (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem,
+                  (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem, &select_cap,
                   (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
                   (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
                   (void*)&d.next_sibling, (void*)&d.full_mask};
