@@ -125,14 +125,15 @@ def select_fallback_cases() -> dict[str, Case]:
     'unstable_chains': rank 0 of each row a tiny log-prob with a full mantissa, ranks 1.. near -1000 and
     crossing binades (1024, 2048), so the shortcut s_r = t_0 + lp[r] of a sibling chain misses the
     recursion (t_0's low bits are rounded away at rank 1, and ties round to even at the binade crossings);
-    'all_ties': every log-prob -1.0, so every node of a depth ties and the candidates overflow the capacity."""
+    'all_ties': every log-prob 0.0, so every score ties and rank tuples alone pick the B nodes out of a tie
+    group larger than the kernel's candidate capacity (it overflows)."""
     rng = np.random.default_rng(20261203)
     shape = (6, 4, 64)
     steps = rng.uniform(20.0, 30.0, shape)
     steps[..., 0] = 0.0
     wide = -(1000.0 + np.cumsum(steps, axis=-1) - steps[..., :1])
     wide[..., 0] = -rng.uniform(1e-9, 2e-9, shape[:-1])
-    ties = np.full(shape, -1.0, np.float32)
+    ties = np.zeros(shape, np.float32)
     roots = np.arange(shape[0], dtype=np.int32)
     return {
         "unstable_chains": topk_case(wide.astype(np.float32), _ids(rng, shape), roots, 64),

@@ -135,7 +135,7 @@ __device__ __forceinline__ bool sel_before(const SelectSet& u, int i, int j) {
 
 // In-place exclusive prefix sum of a[0, n) in shared memory by the whole block; returns the total.
 // Chunks of KDTR_BLOCK: warp shuffles, then the warps' sums through `warp_sums`.
-__device__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
+__device__ __forceinline__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
   constexpr int kWarps = KDTR_BLOCK / 32;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int carry = 0;
@@ -176,17 +176,46 @@ __device__ __forceinline__ ChildChain child_chain(double sp, int d, const float*
   return ChildChain{s0, __dsub_rn(s0, l0)};
 }
 
+// How many children of a parent (score sp, depth d) score at least `tau` among its first `cap_r` ranks: rank 0
+// by its own score, ranks 1.. by t0 + lp[r], which is non-increasing in r (a binary search).
+__device__ __forceinline__ int children_at_or_above(double sp, int d, int cap_r, uint64_t tau, const float* lp,
+                                                    int K_in) {
+  const ChildChain c = child_chain(sp, d, lp, K_in);
+  if (cap_r <= 0 || c.s0 == -CUDART_INF || order_key(c.s0) < tau) return 0;
+  const float* row = lp + size_t(d) * K_in;
+  int lo = 1, hi = cap_r;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    const double sm = __dadd_rn(c.t0, double(row[mid]));
+    if (sm != -CUDART_INF && order_key(sm) >= tau) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// The score of an order key (order_key's inverse; -0.0 comes back as +0.0, which compares equal).
+__device__ __forceinline__ double key_score(uint64_t k) {
+  return __longlong_as_double((long long)((k >> 63) ? (k & ~(1ull << 63)) : ~k));
+}
+
+// Trial thresholds of a raise of tau: kThresholds scores from hi (k = 0) down to lo (k = kThresholds - 1).
+constexpr int kThresholds = 32;
+constexpr int kRefineRounds = 4;
+__device__ __forceinline__ double trial_score(double hi, double lo, int k) {
+  return k == kThresholds - 1 ? lo : hi - (hi - lo) * (double(k) / (kThresholds - 1));
+}
+
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
 
 // The whole block. On kSelected (and, for the fallback mutant, kUnverified) the nodes are in s_* in pop
 // order and *count holds 1 + their number; otherwise s_* are untouched.
-__device__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
+__device__ __forceinline__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
                             double* s_score, int* s_parent, int* s_depth, int* s_rank, int* s_first,
                             int* s_next, int* count) {
   __shared__ int warp_sums[KDTR_BLOCK / 32];
   __shared__ int sh_n, sh_pb, sh_fail, sh_last;
-  __shared__ unsigned long long sh_tau, sh_tau_min;
+  __shared__ unsigned long long sh_tau, sh_tau_min, sh_lo, sh_hi;
+  __shared__ int sh_count[kThresholds];
   const int tid = threadIdx.x, nw = u.nwords;
   if (tid == 0) {  // U[0] is the root
     u.score[0] = 0.0;
@@ -199,9 +228,8 @@ __device__ int select_build(const SelectSet& u, int cap, const float* lp, int L,
   __syncthreads();
   for (int d = 0; d < L; ++d) {
     const int pb = sh_pb, n = sh_n, P = n - pb;
-    const uint64_t tau = sh_tau;
     if (P == 0) break;
-    // staircase rank of each parent within its level (same-level U order is rank-tuple order)
+    // staircase rank of each parent within its level (same-level U order is rank-tuple order): aux = its cap
     for (int i = pb + tid; i < n; i += KDTR_BLOCK) {
       const uint64_t ki = order_key(u.score[i]);
       int j = 0;
@@ -210,26 +238,60 @@ __device__ int select_build(const SelectSet& u, int cap, const float* lp, int L,
         j += kx > ki || (kx == ki && x < i);
       }
       const int stair = j < B ? B / (j + 1) : 0;
-      const int cap_r = stair < K ? stair : K;
-      // how many children: rank 0 by its own score, ranks 1.. by t0 + lp[r] (non-increasing in r)
-      const ChildChain c = child_chain(u.score[i], d, lp, K_in);
-      int cnt = 0;
-      if (cap_r > 0 && c.s0 != -CUDART_INF && order_key(c.s0) >= tau) {
-        const float* row = lp + size_t(d) * K_in;
-        int lo = 1, hi = cap_r;
-        while (lo < hi) {
-          const int mid = (lo + hi) >> 1;
-          const double sm = __dadd_rn(c.t0, double(row[mid]));
-          if (sm != -CUDART_INF && order_key(sm) >= tau) lo = mid + 1; else hi = mid;
-        }
-        cnt = lo;
-      }
-      u.aux2[i] = cnt;
+      u.aux[i] = stair < K ? stair : K;
       u.first[i] = -1;
     }
     __syncthreads();
-    const int total = block_exclusive_scan(u.aux2 + pb, P, warp_sums);  // offsets of each parent's children
-    if (n + total > cap) return kOverflow;  // block-uniform: total and n are the same in every thread
+    uint64_t tau = sh_tau;
+    int total = 0;
+    for (int round = 0;; ++round) {
+      for (int i = pb + tid; i < n; i += KDTR_BLOCK)
+        u.aux2[i] = children_at_or_above(u.score[i], d, u.aux[i], tau, lp, K_in);
+      __syncthreads();
+      total = block_exclusive_scan(u.aux2 + pb, P, warp_sums);  // offsets of each parent's children
+      if (n + total <= cap) break;  // block-uniform: total and n are the same in every thread
+      if (round == kRefineRounds) return kOverflow;
+      // Too many: raise tau to the highest of kThresholds trial scores that at least B nodes (of U and of the
+      // children within their caps) reach; the B-th best score of the tree is at least that high.
+      if (round == 0) {  // the trials' range: the best score of U and its children, down to the worst child
+        if (tid == 0) { sh_lo = ~0ull; sh_hi = 0ull; }
+        __syncthreads();
+        for (int i = pb + tid; i < n; i += KDTR_BLOCK) {  // the range of the children's scores
+          const int c = u.aux[i];
+          if (c <= 0) continue;
+          const ChildChain ch = child_chain(u.score[i], d, lp, K_in);
+          const double worst = c == 1 ? ch.s0 : __dadd_rn(ch.t0, double(lp[size_t(d) * K_in + c - 1]));
+          if (ch.s0 != -CUDART_INF) atomicMax(&sh_hi, (unsigned long long)order_key(ch.s0));
+          atomicMin(&sh_lo, (unsigned long long)(worst == -CUDART_INF ? tau : order_key(worst)));
+        }
+        for (int i = 1 + tid; i < n; i += KDTR_BLOCK) atomicMax(&sh_hi, (unsigned long long)order_key(u.score[i]));
+        __syncthreads();
+      }
+      const double hi = key_score(sh_hi), lo = key_score(sh_lo > tau ? sh_lo : tau);
+      if (tid < kThresholds) sh_count[tid] = 0;
+      __syncthreads();
+      const int items = (n - 1 + P) * kThresholds;  // (U node or parent) x trial
+      for (int q = tid; q < items; q += KDTR_BLOCK) {
+        const int k = q % kThresholds, x = q / kThresholds;
+        const uint64_t th = order_key(trial_score(hi, lo, k));
+        const int c = x < n - 1 ? int(order_key(u.score[1 + x]) >= th)
+                                : children_at_or_above(u.score[pb + x - (n - 1)], d, u.aux[pb + x - (n - 1)], th,
+                                                       lp, K_in);
+        if (c) atomicAdd(&sh_count[k], c);
+      }
+      __syncthreads();
+      int best = kThresholds - 1;  // the highest trial reached by B nodes (the lowest, lo, is reached by all)
+      while (best > 0 && sh_count[best - 1] >= B) --best;
+      const uint64_t raised = order_key(trial_score(hi, lo, best));
+      __syncthreads();
+      if (tid == 0) {
+        if (sh_count[best] >= B && raised > tau) sh_tau = raised;
+        if (best > 0) sh_hi = order_key(trial_score(hi, lo, best - 1));  // reached by fewer than B
+        sh_lo = sh_tau;
+      }
+      __syncthreads();
+      tau = sh_tau;
+    }
     if (total == 0) break;
     // the children, one thread each; the parent by binary search over the offsets
     for (int k = tid; k < total; k += KDTR_BLOCK) {
@@ -408,7 +470,14 @@ extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long
   out[2] = cap;
 }
 
-extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_kernel(
+// The select path holds more live state than the replay: ptxas's default register target for the select
+// variant spilled (64 registers on sm_90); one CTA per SM at least lets it take what it needs.
+#if KDTR_TB_SELECT
+#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK, 1)
+#else
+#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK)
+#endif
+extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     const float* __restrict__ top_logp,   // [bs, L, K_in]
     const int* __restrict__ top_ids,      // [bs, L, K_in]
     const int* __restrict__ root_tokens,  // [bs]
