@@ -204,6 +204,62 @@ __device__ __forceinline__ double trial_score(double hi, double lo, int k) {
   return k == kThresholds - 1 ? lo : hi - (hi - lo) * (double(k) / (kThresholds - 1));
 }
 
+// Raise *tau (block-uniform, in shared memory) to the highest of kThresholds trial scores, spread between the
+// best and the worst score of the candidates, that at least B candidates reach; `rounds` times, each round
+// spreading its trials between the last one reached and the first one not. The candidates: U[1, n), and the
+// children of the parents U[pb, pb + P) at depth d within their caps (aux) when P > 0. At least B nodes of
+// the tree score >= *tau afterwards, so the B-th best score of the tree is at least *tau.
+__device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int P, int d, const float* lp, int K_in,
+                                          int B, int rounds, unsigned long long* tau_p) {
+  __shared__ unsigned long long lo_k, hi_k;
+  __shared__ int count[kThresholds];
+  const int tid = threadIdx.x;
+  if (tid == 0) { lo_k = ~0ull; hi_k = 0ull; }
+  __syncthreads();
+  for (int i = pb + tid; i < pb + P; i += KDTR_BLOCK) {  // the children's best and worst scores
+    const int c = u.aux[i];
+    if (c <= 0) continue;
+    const ChildChain ch = child_chain(u.score[i], d, lp, K_in);
+    if (ch.s0 == -CUDART_INF) continue;
+    const double worst = c == 1 ? ch.s0 : __dadd_rn(ch.t0, double(lp[size_t(d) * K_in + c - 1]));
+    atomicMax(&hi_k, (unsigned long long)order_key(ch.s0));
+    if (worst != -CUDART_INF) atomicMin(&lo_k, (unsigned long long)order_key(worst));
+  }
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    const unsigned long long k = order_key(u.score[i]);
+    atomicMax(&hi_k, k);
+    atomicMin(&lo_k, k);
+  }
+  __syncthreads();
+  for (int round = 0; round < rounds; ++round) {
+    const uint64_t tau = *tau_p;
+    const double hi = key_score(hi_k > tau ? hi_k : tau), lo = key_score(lo_k > tau ? lo_k : tau);
+    if (tid < kThresholds) count[tid] = 0;
+    __syncthreads();
+    const int items = (n - 1 + P) * kThresholds;  // (U node or parent) x trial
+    for (int q = tid; q < items; q += KDTR_BLOCK) {
+      const int k = q % kThresholds, x = q / kThresholds;
+      const uint64_t th = order_key(trial_score(hi, lo, k));
+      const int c = x < n - 1 ? int(order_key(u.score[1 + x]) >= th)
+                              : children_at_or_above(u.score[pb + x - (n - 1)], d, u.aux[pb + x - (n - 1)], th, lp,
+                                                     K_in);
+      if (c) atomicAdd(&count[k], c);
+    }
+    __syncthreads();
+    int best = kThresholds - 1;  // the highest trial that B candidates reach
+    while (best > 0 && count[best - 1] >= B) --best;
+    const uint64_t raised = order_key(trial_score(hi, lo, best));
+    const bool reached = count[best] >= B;
+    __syncthreads();
+    if (tid == 0) {
+      if (reached && raised > tau) *tau_p = raised;
+      if (best > 0) hi_k = order_key(trial_score(hi, lo, best - 1));  // reached by fewer than B
+      lo_k = *tau_p;
+    }
+    __syncthreads();
+  }
+}
+
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
 
@@ -214,8 +270,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
                             int* s_next, int* count) {
   __shared__ int warp_sums[KDTR_BLOCK / 32];
   __shared__ int sh_n, sh_pb, sh_fail, sh_last;
-  __shared__ unsigned long long sh_tau, sh_tau_min, sh_lo, sh_hi;
-  __shared__ int sh_count[kThresholds];
+  __shared__ unsigned long long sh_tau;
   const int tid = threadIdx.x, nw = u.nwords;
   if (tid == 0) {  // U[0] is the root
     u.score[0] = 0.0;
@@ -251,45 +306,8 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
       total = block_exclusive_scan(u.aux2 + pb, P, warp_sums);  // offsets of each parent's children
       if (n + total <= cap) break;  // block-uniform: total and n are the same in every thread
       if (round == kRefineRounds) return kOverflow;
-      // Too many: raise tau to the highest of kThresholds trial scores that at least B nodes (of U and of the
-      // children within their caps) reach; the B-th best score of the tree is at least that high.
-      if (round == 0) {  // the trials' range: the best score of U and its children, down to the worst child
-        if (tid == 0) { sh_lo = ~0ull; sh_hi = 0ull; }
-        __syncthreads();
-        for (int i = pb + tid; i < n; i += KDTR_BLOCK) {  // the range of the children's scores
-          const int c = u.aux[i];
-          if (c <= 0) continue;
-          const ChildChain ch = child_chain(u.score[i], d, lp, K_in);
-          const double worst = c == 1 ? ch.s0 : __dadd_rn(ch.t0, double(lp[size_t(d) * K_in + c - 1]));
-          if (ch.s0 != -CUDART_INF) atomicMax(&sh_hi, (unsigned long long)order_key(ch.s0));
-          atomicMin(&sh_lo, (unsigned long long)(worst == -CUDART_INF ? tau : order_key(worst)));
-        }
-        for (int i = 1 + tid; i < n; i += KDTR_BLOCK) atomicMax(&sh_hi, (unsigned long long)order_key(u.score[i]));
-        __syncthreads();
-      }
-      const double hi = key_score(sh_hi), lo = key_score(sh_lo > tau ? sh_lo : tau);
-      if (tid < kThresholds) sh_count[tid] = 0;
-      __syncthreads();
-      const int items = (n - 1 + P) * kThresholds;  // (U node or parent) x trial
-      for (int q = tid; q < items; q += KDTR_BLOCK) {
-        const int k = q % kThresholds, x = q / kThresholds;
-        const uint64_t th = order_key(trial_score(hi, lo, k));
-        const int c = x < n - 1 ? int(order_key(u.score[1 + x]) >= th)
-                                : children_at_or_above(u.score[pb + x - (n - 1)], d, u.aux[pb + x - (n - 1)], th,
-                                                       lp, K_in);
-        if (c) atomicAdd(&sh_count[k], c);
-      }
-      __syncthreads();
-      int best = kThresholds - 1;  // the highest trial reached by B nodes (the lowest, lo, is reached by all)
-      while (best > 0 && sh_count[best - 1] >= B) --best;
-      const uint64_t raised = order_key(trial_score(hi, lo, best));
-      __syncthreads();
-      if (tid == 0) {
-        if (sh_count[best] >= B && raised > tau) sh_tau = raised;
-        if (best > 0) sh_hi = order_key(trial_score(hi, lo, best - 1));  // reached by fewer than B
-        sh_lo = sh_tau;
-      }
-      __syncthreads();
+      // Too many: raise tau (the B-th best score of the tree is at least as high), then count again.
+      raise_tau(u, n, pb, P, d, lp, K_in, B, 2, &sh_tau);
       tau = sh_tau;
     }
     if (total == 0) break;
@@ -319,21 +337,17 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     __syncthreads();
     const int n2 = n + total;
     if (tid == 0) { sh_pb = n; sh_n = n2; }
-    if (n2 - 1 > B) {  // prune: keep the nodes with fewer than B strictly better scores (ties all stay)
+    if (n2 - 1 > B) {  // prune: tau rises as far as B nodes of U reach it; the nodes below it go
+      raise_tau(u, n2, n2, 0, d, lp, K_in, B, 2, &sh_tau);
+      const uint64_t tau_kept = sh_tau;
       for (int i = 1 + tid; i < n2; i += KDTR_BLOCK) {
-        const uint64_t ki = order_key(u.score[i]);
-        int better = 0;
-        for (int x = 1; x < n2 && better < B; ++x) better += order_key(u.score[x]) > ki;
-        const int keep = better < B;
+        const int keep = order_key(u.score[i]) >= tau_kept;
         u.aux[i] = keep;
         u.aux2[i] = keep;
       }
-      if (tid == 0) { u.aux[0] = 1; u.aux2[0] = 1; sh_tau_min = ~0ull; }
+      if (tid == 0) { u.aux[0] = 1; u.aux2[0] = 1; }
       __syncthreads();
       const int kept = block_exclusive_scan(u.aux2, n2, warp_sums);  // aux2 = new index of a kept node
-      // tau rises to the lowest kept score (the B-th best)
-      for (int i = 1 + tid; i < n2; i += KDTR_BLOCK)
-        if (u.aux[i]) atomicMin(&sh_tau_min, (unsigned long long)order_key(u.score[i]));
       // move the kept nodes down, one chunk of KDTR_BLOCK at a time: targets never pass the chunk's end
       for (int base = 0; base < n2; base += KDTR_BLOCK) {
         const int i = base + tid;
@@ -365,7 +379,6 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
       if (tid == 0) {
         sh_pb = u.aux2[n];  // the new level starts where its first kept node went (n < n2 here)
         sh_n = kept;
-        sh_tau = sh_tau_min;  // the B-th best score: at least B nodes of U reach it
       }
     }
     __syncthreads();
