@@ -200,6 +200,7 @@ __device__ __forceinline__ double key_score(uint64_t k) {
 // Trial thresholds of a raise of tau: kThresholds scores from hi (k = 0) down to lo (k = kThresholds - 1).
 constexpr int kThresholds = 32;
 constexpr int kRefineRounds = 4;
+constexpr int kStairMax = 256;
 __device__ __forceinline__ double trial_score(double hi, double lo, int k) {
   return k == kThresholds - 1 ? lo : hi - (hi - lo) * (double(k) / (kThresholds - 1));
 }
@@ -284,11 +285,13 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
   for (int d = 0; d < L; ++d) {
     const int pb = sh_pb, n = sh_n, P = n - pb;
     if (P == 0) break;
-    // staircase rank of each parent within its level (same-level U order is rank-tuple order): aux = its cap
+    // staircase rank of each parent within its level (same-level U order is rank-tuple order): aux = its cap.
+    // An O(P^2) count, so only on levels of at most kStairMax parents (elsewhere rank 0, the cap K: a larger
+    // cap only costs threshold rounds, never exactness).
     for (int i = pb + tid; i < n; i += KDTR_BLOCK) {
       const uint64_t ki = order_key(u.score[i]);
       int j = 0;
-      for (int x = pb; x < n; ++x) {
+      for (int x = pb; x < n && P <= kStairMax; ++x) {
         const uint64_t kx = order_key(u.score[x]);
         j += kx > ki || (kx == ki && x < i);
       }
