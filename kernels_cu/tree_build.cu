@@ -212,35 +212,47 @@ __device__ __forceinline__ double trial_score(double hi, double lo, int k) {
 // the tree score >= *tau afterwards, so the B-th best score of the tree is at least *tau.
 __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int P, int d, const float* lp, int K_in,
                                           int B, int rounds, unsigned long long* tau_p) {
-  __shared__ unsigned long long lo_k, hi_k;
+  __shared__ unsigned long long lo_k, hi_k, trial_key[kThresholds];
   __shared__ int count[kThresholds];
   const int tid = threadIdx.x;
   if (tid == 0) { lo_k = ~0ull; hi_k = 0ull; }
-  __syncthreads();
+  uint64_t lo = ~0ull, hi = 0ull;  // this thread's part of the range; one shared atomic per warp below
   for (int i = pb + tid; i < pb + P; i += KDTR_BLOCK) {  // the children's best and worst scores
     const int c = u.aux[i];
     if (c <= 0) continue;
     const ChildChain ch = child_chain(u.score[i], d, lp, K_in);
     if (ch.s0 == -CUDART_INF) continue;
     const double worst = c == 1 ? ch.s0 : __dadd_rn(ch.t0, double(lp[size_t(d) * K_in + c - 1]));
-    atomicMax(&hi_k, (unsigned long long)order_key(ch.s0));
-    if (worst != -CUDART_INF) atomicMin(&lo_k, (unsigned long long)order_key(worst));
+    hi = max(hi, order_key(ch.s0));
+    if (worst != -CUDART_INF) lo = min(lo, order_key(worst));
   }
   for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
-    const unsigned long long k = order_key(u.score[i]);
-    atomicMax(&hi_k, k);
-    atomicMin(&lo_k, k);
+    const uint64_t k = order_key(u.score[i]);
+    hi = max(hi, k);
+    lo = min(lo, k);
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, (uint64_t)__shfl_xor_sync(0xffffffffu, (unsigned long long)lo, o));
+    hi = max(hi, (uint64_t)__shfl_xor_sync(0xffffffffu, (unsigned long long)hi, o));
+  }
+  __syncthreads();  // lo_k, hi_k initialised
+  if ((tid & 31) == 0) {
+    atomicMin(&lo_k, (unsigned long long)lo);
+    atomicMax(&hi_k, (unsigned long long)hi);
   }
   __syncthreads();
   for (int round = 0; round < rounds; ++round) {
     const uint64_t tau = *tau_p;
-    const double hi = key_score(hi_k > tau ? hi_k : tau), lo = key_score(lo_k > tau ? lo_k : tau);
-    if (tid < kThresholds) count[tid] = 0;
+    if (tid < kThresholds) {  // the trials' keys, once per round (a float64 division each)
+      const double h = key_score(hi_k > tau ? hi_k : tau), l = key_score(lo_k > tau ? lo_k : tau);
+      trial_key[tid] = order_key(trial_score(h, l, tid));
+      count[tid] = 0;
+    }
     __syncthreads();
     const int items = (n - 1 + P) * kThresholds;  // (U node or parent) x trial
     for (int q = tid; q < items; q += KDTR_BLOCK) {
       const int k = q % kThresholds, x = q / kThresholds;
-      const uint64_t th = order_key(trial_score(hi, lo, k));
+      const uint64_t th = trial_key[k];
       const int c = x < n - 1 ? int(order_key(u.score[1 + x]) >= th)
                               : children_at_or_above(u.score[pb + x - (n - 1)], d, u.aux[pb + x - (n - 1)], th, lp,
                                                      K_in);
@@ -249,12 +261,13 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
     __syncthreads();
     int best = kThresholds - 1;  // the highest trial that B candidates reach
     while (best > 0 && count[best - 1] >= B) --best;
-    const uint64_t raised = order_key(trial_score(hi, lo, best));
+    const uint64_t raised = trial_key[best];
     const bool reached = count[best] >= B;
+    const uint64_t above = trial_key[best > 0 ? best - 1 : 0];
     __syncthreads();
     if (tid == 0) {
       if (reached && raised > tau) *tau_p = raised;
-      if (best > 0) hi_k = order_key(trial_score(hi, lo, best - 1));  // reached by fewer than B
+      if (best > 0) hi_k = above;  // reached by fewer than B
       lo_k = *tau_p;
     }
     __syncthreads();
