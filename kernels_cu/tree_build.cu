@@ -200,7 +200,10 @@ __device__ __forceinline__ double key_score(uint64_t k) {
 // Trial thresholds of a raise of tau: kThresholds scores from hi (k = 0) down to lo (k = kThresholds - 1).
 constexpr int kThresholds = 32;
 constexpr int kRefineRounds = 4;
-constexpr int kStairMax = 256;
+#ifndef KDTR_TB_STAIR_MAX
+#define KDTR_TB_STAIR_MAX 256
+#endif
+constexpr int kStairMax = KDTR_TB_STAIR_MAX;
 __device__ __forceinline__ double trial_score(double hi, double lo, int k) {
   return k == kThresholds - 1 ? lo : hi - (hi - lo) * (double(k) / (kThresholds - 1));
 }

@@ -60,15 +60,15 @@ KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_
   return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit;
 }
 
-// Candidates the select-then-verify build holds (KDTR_TB_SELECT = 1; 0 = the variant never selects): about
-// 4B + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
+// Candidates the select-then-verify build holds (KDTR_TB_SELECT = m >= 1; 0 = the variant never selects): about
+// 4mB + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
 // device's per-block shared memory (less 1 KB for the kernel's static shared variables) holds fewer; 0,
 // the replay alone, when fewer than B + 2 fit.
 KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy) {
   const long long fixed = tree_build_smem(B, L, K, false).total - tree_build_smem(B, L, K, false).score;
   const long long room = smem_limit - 1024 - fixed;
   const long long fit = room > 0 ? room / tree_build_select_node_bytes(L) : 0;
-  long long cap = 4LL * B + 64 + 1;
+  long long cap = 4LL * select_policy * B + 64 + 1;
   cap = cap < fit ? cap : fit;
   cap = cap < kTreeBuildSelectMaxCap ? cap : kTreeBuildSelectMaxCap;
   return (select_policy != 0 && B > 0 && cap >= B + 2) ? int(cap) : 0;

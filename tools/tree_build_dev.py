@@ -114,6 +114,12 @@ def designs() -> dict[str, specs.KernelSpec]:
     sel = out["select_verify"]
     out["select_verify_block128"] = dataclasses.replace(sel, variant="select_verify_block128", block=128)
     out["select_verify_block512"] = dataclasses.replace(sel, variant="select_verify_block512", block=512)
+    out["select_verify_block64"] = dataclasses.replace(sel, variant="select_verify_block64", block=64)
+    out["select_verify_no_stair"] = dataclasses.replace(
+        sel, variant="select_verify_no_stair", defines=(*sel.defines, ("KDTR_TB_STAIR_MAX", "0"))
+    )
+    cap8 = tuple((k, "2") if k == "KDTR_TB_SELECT" else (k, v) for k, v in sel.defines)
+    out["select_verify_cap8"] = dataclasses.replace(sel, variant="select_verify_cap8", defines=cap8)
     return out
 
 
@@ -226,7 +232,7 @@ def main(argv=None):
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
     grid = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256, 1024)]
     if a.quick:
-        grid = [(1, 64), (64, 64), (256, 64), (1, 1024)]
+        grid = [(1, 16), (1, 64), (64, 64), (256, 64), (1, 256), (1, 1024)]
     if a.what == "profile":
         profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
         return
