@@ -110,7 +110,7 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_build.cu",
         "tree_build_kernel",
         "tree_build_geometry",
-        256,
+        512,  # measured against 64, 128 and 256 threads (kernels_cu/PERF_NOTES.md): fastest at every cell
         extra_entries=("tree_build_check_kernel",),
         defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "1"), ("KDTR_TB_SELECT", "1")),
         options=_EXACT,

@@ -113,7 +113,7 @@ def designs() -> dict[str, specs.KernelSpec]:
     )
     sel = out["select_verify"]
     out["select_verify_block128"] = dataclasses.replace(sel, variant="select_verify_block128", block=128)
-    out["select_verify_block512"] = dataclasses.replace(sel, variant="select_verify_block512", block=512)
+    out["select_verify_block256"] = dataclasses.replace(sel, variant="select_verify_block256", block=256)
     out["select_verify_block64"] = dataclasses.replace(sel, variant="select_verify_block64", block=64)
     out["select_verify_no_stair"] = dataclasses.replace(
         sel, variant="select_verify_no_stair", defines=(*sel.defines, ("KDTR_TB_STAIR_MAX", "0"))
@@ -225,7 +225,7 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument(
         "--designs",
-        default="heap_global,lane_cached,select_verify,select_verify_block128,select_verify_block512",
+        default="heap_global,lane_cached,select_verify,select_verify_block128,select_verify_block256",
         help="comma list of designs() names to time",
     )
     a = ap.parse_args(argv)
