@@ -447,24 +447,37 @@ def test_inputs_that_force_the_select_fallback(impl, name):
     if name == "unstable_chains":  # the input does what it claims: the shortcut misses nodes of the tree
         lp = case.top_logp
         misses = sum(
-            hh.chain_shortcut_misses(lp[b], want.ranks[b], want.depths[b], want.parents[b], want.scores[b])
+            _chain_shortcut_misses(lp[b], want.ranks[b], want.depths[b], want.parents[b], want.scores[b])
             for b in range(lp.shape[0])
         )
         assert misses > 0
     check_matches_reference(run(impl, case), case)
 
 
+def _chain_shortcut_misses(lp, ranks, depths, parents, scores) -> int:
+    """How many nodes of one request's tree have a score that the chain shortcut t_0 + lp[r] (t_0 = s_0 - lp[0],
+    s_0 the first sibling's score) gets wrong: where a kernel that skipped its stability check would differ."""
+    misses = 0
+    for i in range(1, len(ranks)):
+        r, d = int(ranks[i]), int(depths[i])
+        if r < 1 or parents[i] < 0:
+            continue
+        row = lp[d - 1].astype(np.float64)
+        p = int(parents[i])
+        s0 = float(row[0]) if d == 1 else float(scores[p]) + float(row[0])
+        misses += (s0 - float(row[0])) + float(row[r]) != float(scores[i])
+    return misses
+
+
 def _select_reporting_fallbacks():
     """tree_build:select_verify built to report its replays in n_nodes (-1 a check failed, -2 overflow)."""
-    import dataclasses
-
     from harness import device
     from kernels_cu import specs, tree_build_ops
 
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
-    spec = specs.get("tree_build", "select_verify")
-    return tree_build_ops.bind(dataclasses.replace(spec, defines=(*spec.defines, ("KDTR_TB_FALLBACK", "2"))))
+    spec = specs.get("tree_build", "select_verify").with_defines("select_verify_report", KDTR_TB_FALLBACK="2")
+    return tree_build_ops.bind(spec)
 
 
 @pytest.mark.gpu
@@ -486,8 +499,7 @@ def test_select_path_serves_drafter_like_inputs(B):
     rng = np.random.default_rng(B)
     bs, L = 4, 15
     lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)
-    ids = np.argsort(rng.random((bs, L, B)), axis=-1).astype(np.int32)
-    case = hh.topk_case(lp, ids, np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
+    case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, B)), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
     got = build(**case.args)
     assert (np.asarray(got.n_nodes) > 0).all(), f"fell back: {got.n_nodes}"
     check_matches_reference(got, case)

@@ -115,7 +115,7 @@ def topk_case(top_logp, top_ids, root_tokens, budget, prefix_lens=None, **kw) ->
     return Case("tree_build", {**args, **kw})
 
 
-def _ids(rng: np.random.Generator, shape) -> np.ndarray:
+def distinct_ids(rng: np.random.Generator, shape) -> np.ndarray:
     """Distinct token ids per row (a permutation of a random range)."""
     return np.argsort(rng.random(shape), axis=-1).astype(np.int32) + np.int32(rng.integers(0, 1000))
 
@@ -136,26 +136,9 @@ def select_fallback_cases() -> dict[str, Case]:
     ties = np.zeros(shape, np.float32)
     roots = np.arange(shape[0], dtype=np.int32)
     return {
-        "unstable_chains": topk_case(wide.astype(np.float32), _ids(rng, shape), roots, 64),
-        "all_ties": topk_case(ties, _ids(rng, shape), roots, 64),
+        "unstable_chains": topk_case(wide.astype(np.float32), distinct_ids(rng, shape), roots, 64),
+        "all_ties": topk_case(ties, distinct_ids(rng, shape), roots, 64),
     }
-
-
-def chain_shortcut_misses(
-    lp: np.ndarray, ranks: np.ndarray, depths: np.ndarray, parents: np.ndarray, scores: np.ndarray
-) -> int:
-    """How many nodes of one request's tree have a score that the chain shortcut t_0 + lp[r] (t_0 = s_0 - lp[0],
-    s_0 the first sibling's score) gets wrong: where a kernel that skipped its stability check would differ."""
-    misses = 0
-    for i in range(1, len(ranks)):
-        r, d = int(ranks[i]), int(depths[i])
-        if r < 1 or parents[i] < 0:
-            continue
-        row = lp[d - 1].astype(np.float64)
-        p = int(parents[i])
-        s0 = float(row[0]) if d == 1 else float(scores[p]) + float(row[0])
-        misses += (s0 - float(row[0])) + float(row[r]) != float(scores[i])
-    return misses
 
 
 # ------------------------------------------------------------------------------------------- trees

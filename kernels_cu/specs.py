@@ -55,6 +55,12 @@ class KernelSpec:
     def all_defines(self) -> dict[str, str]:
         return {"KDTR_BLOCK": str(self.block), **dict(self.defines)}
 
+    def with_defines(self, variant: str, **defines: str) -> KernelSpec:
+        """This spec as another variant whose defines are overridden or added (a design measured beside the
+        registered one, or a build that reports what it did)."""
+        merged = {**dict(self.defines), **defines}
+        return dataclasses.replace(self, variant=variant, defines=tuple(merged.items()))
+
     def runs_on(self, arch: str) -> bool:
         """Whether a cubin of this spec loads on a GPU of `arch` (sm_90a code runs only on sm_90)."""
         return any(a == arch or (a.endswith("a") and a[:-1] == arch) for a in self.archs)

@@ -108,26 +108,20 @@ def designs() -> dict[str, specs.KernelSpec]:
     lane = out["lane_cached"]
     out["lane_cached_block32"] = dataclasses.replace(lane, variant="lane_cached_block32", block=32)
     out["lane_cached_block256"] = dataclasses.replace(lane, variant="lane_cached_block256", block=256)
-    out["lane_cached_staged_lp"] = dataclasses.replace(
-        lane, variant="lane_cached_staged_lp", defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_POP", "1"))
-    )
+    out["lane_cached_staged_lp"] = lane.with_defines("lane_cached_staged_lp", KDTR_TB_STAGE_LP="1")
     sel = out["select_verify"]
     out["select_verify_block128"] = dataclasses.replace(sel, variant="select_verify_block128", block=128)
     out["select_verify_block256"] = dataclasses.replace(sel, variant="select_verify_block256", block=256)
     out["select_verify_block64"] = dataclasses.replace(sel, variant="select_verify_block64", block=64)
-    out["select_verify_no_stair"] = dataclasses.replace(
-        sel, variant="select_verify_no_stair", defines=(*sel.defines, ("KDTR_TB_STAIR_MAX", "0"))
-    )
-    cap8 = tuple((k, "2") if k == "KDTR_TB_SELECT" else (k, v) for k, v in sel.defines)
-    out["select_verify_cap8"] = dataclasses.replace(sel, variant="select_verify_cap8", defines=cap8)
+    out["select_verify_no_stair"] = sel.with_defines("select_verify_no_stair", KDTR_TB_STAIR_MAX="0")
+    out["select_verify_cap8"] = sel.with_defines("select_verify_cap8", KDTR_TB_SELECT="2")
     return out
 
 
 def fallbacks(json_path=None):
     """select_verify built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
     candidates overflowed), over many requests of each input family: the fallback rate per (inputs, B)."""
-    sel = specs.get("tree_build", "select_verify")
-    spec = dataclasses.replace(sel, variant="select_verify_report", defines=(*sel.defines, ("KDTR_TB_FALLBACK", "2")))
+    spec = specs.get("tree_build", "select_verify").with_defines("select_verify_report", KDTR_TB_FALLBACK="2")
     rows = []
     families = (("bench", bench_inputs), ("peaked", peaked_inputs), ("drafter_bf16", drafter_inputs))
     for kind, make in families:
