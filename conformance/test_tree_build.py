@@ -469,21 +469,26 @@ def _chain_shortcut_misses(lp, ranks, depths, parents, scores) -> int:
     return misses
 
 
-def _select_reporting_fallbacks():
-    """tree_build:select_verify built to report its replays in n_nodes (-1 a check failed, -2 overflow)."""
+SELECT_VARIANTS = ("select_verify", "select_warp")
+
+
+def _select_reporting_fallbacks(variant):
+    """A select-then-verify variant of tree_build built to report its replays in n_nodes (-1 a check failed,
+    -2 overflow)."""
     from harness import device
     from kernels_cu import specs, tree_build_ops
 
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
-    spec = specs.get("tree_build", "select_verify").with_defines("select_verify_report", KDTR_TB_FALLBACK="2")
+    spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
     return tree_build_ops.bind(spec)
 
 
 @pytest.mark.gpu
 @pytest.mark.spec("TB.2.3")
-def test_select_fallback_is_taken():
-    build = _select_reporting_fallbacks()
+@pytest.mark.parametrize("variant", SELECT_VARIANTS)
+def test_select_fallback_is_taken(variant):
+    build = _select_reporting_fallbacks(variant)
     for name, why in (("unstable_chains", -1), ("all_ties", -2)):
         got = build(**FALLBACK_CASES[name].args)
         assert (np.asarray(got.n_nodes) == why).any(), (name, got.n_nodes)
@@ -491,11 +496,12 @@ def test_select_fallback_is_taken():
 
 @pytest.mark.gpu
 @pytest.mark.spec("TB.2.3")
+@pytest.mark.parametrize("variant", SELECT_VARIANTS)
 @pytest.mark.parametrize("B", [16, 64, 256, 1024])
-def test_select_path_serves_drafter_like_inputs(B):
+def test_select_path_serves_drafter_like_inputs(variant, B):
     """On the benchmark's inputs (bf16-quantized log-probs, L = 15, K_in = B) the selection is verified and
     taken in every request, and the tree is the reference's, bit for bit."""
-    build = _select_reporting_fallbacks()
+    build = _select_reporting_fallbacks(variant)
     rng = np.random.default_rng(B)
     bs, L = 4, 15
     lp = hh.logp_rows(rng, (bs, L, B), "bf16", 0.0)

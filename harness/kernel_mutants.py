@@ -57,6 +57,18 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;",
         "if (false) sh_fail = 1;",
     ),
+    # tree_build:select_warp (KDTR_TB_WARPGEN = 1): the warp's own chain check, raise of tau and compaction
+    "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;"),
+    "k_tb_warp_tau_overshoots": (  # tau raised where only B/2 nodes reach it: the selection misses nodes of S
+        "tree_build",
+        "if (__reduce_add_sync(0xffffffffu, c) >= B) p = trial;",
+        "if (__reduce_add_sync(0xffffffffu, c) >= B / 2) p = trial;",
+    ),
+    "k_tb_warp_compaction_keeps_old_parent": (
+        "tree_build",
+        "      u.meta[j] = (m & ~kMetaDropped) | np;\n",
+        "      u.meta[j] = m;\n",
+    ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (
         "tree_accept",

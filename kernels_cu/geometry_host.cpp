@@ -12,7 +12,7 @@ void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int 
                               long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy);
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage);
   out[0] = tree_build_smem(B, L, K, stage, cap).total;
   out[1] = stage ? 1 : 0;
   out[2] = cap;

@@ -24,6 +24,12 @@
 #ifndef KDTR_TB_SELECT
 #define KDTR_TB_SELECT 0  // 1: select-then-verify first, the lane-cached replay (KDTR_TB_POP 1) where it fails
 #endif
+#ifndef KDTR_TB_WARPGEN
+#define KDTR_TB_WARPGEN 0  // with KDTR_TB_SELECT: warp 0 generates the candidates (warp_generate, below)
+#endif
+#ifndef KDTR_TB_SELECT_MIN_B
+#define KDTR_TB_SELECT_MIN_B 0  // budgets below this go straight to the replay
+#endif
 #ifndef KDTR_TB_FALLBACK
 // What a failed selection does: 1 replays the heap (always, in a build); 2 replays it and reports why in
 // n_nodes (-1 a check failed, -2 U overflowed: tools/tree_build_dev.py measures the fallback rate). The
@@ -280,13 +286,130 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
 
+// Steps (2) and (3) of the select-then-verify build, on the whole block, for any candidate set U[0, n) (U[0] the
+// root; siblings adjacent and in rank order; `first` and the meta's parent in U): rank U in the heap's total
+// order, take the first B as S, check (a)-(c), and on success write S in pop order to s_* and 1 + |S| to *count.
+// `chain_failed` (block-uniform): a sibling chain of U was not stable, so the selection is not trusted. lp has
+// row stride ls. Returns kSelected, or kUnverified (s_* untouched unless KDTR_TB_FALLBACK is 0).
+__device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chain_failed, const float* lp, int ls,
+                                             int L, int K, int B, double* s_score, int* s_parent, int* s_depth,
+                                             int* s_rank, int* s_first, int* s_next, int* count) {
+  __shared__ int sh_fail, sh_last;
+  const int tid = threadIdx.x, nw = u.nwords;
+  if (tid == 0) sh_fail = chain_failed;
+  __syncthreads();
+  // (2) the heap rank of each candidate; S = the first min(|U| - 1, B). A bitonic sort of the indices of U[1, n)
+  // in aux2 (any length: a compare whose partner is past the end is skipped, the "mirror" form of each merge
+  // keeps that exact), then aux = the rank.
+  const int ns = n - 1 < B ? n - 1 : B;
+  const int m = n - 1;
+  for (int t = tid; t < m; t += KDTR_BLOCK) u.aux2[t] = t + 1;
+  __syncthreads();
+  for (int k = 2; k / 2 < m; k <<= 1) {
+    for (int j = k / 2; j > 0; j >>= 1) {
+      for (int t = tid; t < m; t += KDTR_BLOCK) {
+        const int off = t & (k - 1);
+        int p = -1;
+        if (j == k / 2 && off < j) p = (t & ~(k - 1)) + k - 1 - off;  // mirror: the merge's first step
+        if (j < k / 2 && (t & j) == 0) p = t + j;                      // half-cleaners
+        if (p < 0 || p >= m) continue;
+        const int a = u.aux2[t], c = u.aux2[p];
+        if (sel_before(u, c, a)) {
+          u.aux2[t] = c;
+          u.aux2[p] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (int t = tid; t < m; t += KDTR_BLOCK) {
+    u.aux[u.aux2[t]] = t;
+    if (t == ns - 1) sh_last = u.aux2[t];
+  }
+  if (tid == 0 && ns == 0 && double(lp[0]) != -CUDART_INF) sh_fail = 1;  // (0) is finite and not selected
+  __syncthreads();
+  // (3) the checks (a), (b), (c), node by node
+  const int last = ns > 0 ? sh_last : 0;
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    if (u.aux[i] >= ns) continue;
+    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m), d = sel_depth(m);
+    const double sc = u.score[i];
+    const uint64_t* wi = u.words + size_t(i) * nw;
+    bool ok = p != kMetaDropped && (p == 0 || u.aux[p] < ns);                       // (a) parent
+    if (ok && r > 0) {                                                               // (a), (c) previous sibling
+      const int q = i - 1;  // siblings are adjacent in U, in rank order (U[0], the root, is nobody's sibling)
+      ok = q >= 1 && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r - 1 && u.aux[q] < ns && !(sc > u.score[q]);
+    } else if (ok && p != 0) {
+      ok = !(sc > u.score[p]);                                                       // (c) parent
+    }
+    if (ok && r + 1 < K) {                                                           // (b) next sibling
+      const float* row = lp + size_t(d - 1) * ls;
+      const double ys = __dadd_rn(__dsub_rn(sc, double(row[r])), double(row[r + 1]));
+      const int q = i + 1;
+      const bool in = q < n && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r + 1 && u.aux[q] < ns;
+      if (ys != -CUDART_INF && !in) {
+        bool after = ns == B;
+        if (after && u.score[last] != ys) {
+          after = u.score[last] > ys;
+        } else if (after) {  // equal scores: the tuples decide (y's is i's with rank r + 1)
+          int w = 0;
+          for (; w < nw; ++w) {
+            const uint64_t wy = wi[w] + rank_bits(d, 1, w), wl = u.words[size_t(last) * nw + w];
+            if (wl != wy) { after = wl < wy; break; }
+          }
+          if (w == nw) after = sel_depth(u.meta[last]) < d;
+        }
+        ok = after;
+      }
+    }
+    if (ok && d < L) {                                                               // (b) first child
+      const double zs = __dadd_rn(sc, double(lp[size_t(d) * ls]));
+      const int f = u.first[i];
+      const bool in = f >= 0 && u.aux[f] < ns;
+      if (zs != -CUDART_INF && !in) {
+        bool after = ns == B;
+        if (after && u.score[last] != zs) {
+          after = u.score[last] > zs;
+        } else if (after) {  // equal scores: z's tuple is i's plus rank 0, one deeper
+          int w = 0;
+          for (; w < nw; ++w) {
+            const uint64_t wl = u.words[size_t(last) * nw + w];
+            if (wl != wi[w]) { after = wl < wi[w]; break; }
+          }
+          if (w == nw) after = sel_depth(u.meta[last]) < d + 1;
+        }
+        ok = after;
+      }
+    }
+    if (!ok) sh_fail = 1;
+  }
+  __syncthreads();
+  const int status = sh_fail ? kUnverified : kSelected;
+  if (status != kSelected && KDTR_TB_FALLBACK != 0) return status;
+  // S in pop order. (Only the fallback mutant gets here unverified: the guards keep its writes in bounds.)
+  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+    const int o = u.aux[i] + 1;
+    if (o > ns) continue;
+    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m);
+    const int po = p == 0 ? 0 : (p == kMetaDropped || u.aux[p] >= ns) ? -1 : u.aux[p] + 1;
+    s_score[o] = u.score[i];
+    s_parent[o] = po < 0 ? 0 : po;
+    s_depth[o] = sel_depth(m);
+    s_rank[o] = r;
+    if (r == 0 && po >= 0) s_first[po] = o;
+    if (r > 0 && i > 1 && u.aux[i - 1] < ns && sel_parent(u.meta[i - 1]) == p) s_next[u.aux[i - 1] + 1] = o;
+  }
+  if (tid == 0) *count = ns + 1;
+  return status;
+}
+
 // The whole block. On kSelected (and, for the fallback mutant, kUnverified) the nodes are in s_* in pop
 // order and *count holds 1 + their number; otherwise s_* are untouched.
 __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
                             double* s_score, int* s_parent, int* s_depth, int* s_rank, int* s_first,
                             int* s_next, int* count) {
   __shared__ int warp_sums[KDTR_BLOCK / 32];
-  __shared__ int sh_n, sh_pb, sh_fail, sh_last;
+  __shared__ int sh_n, sh_pb, sh_fail;
   __shared__ unsigned long long sh_tau;
   const int tid = threadIdx.x, nw = u.nwords;
   if (tid == 0) {  // U[0] is the root
@@ -402,92 +525,275 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  // (2) the heap rank of each candidate; S = the first min(|U| - 1, B)
-  const int n = sh_n;
-  const int ns = n - 1 < B ? n - 1 : B;
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
-    int r = 0;
-    for (int x = 1; x < n; ++x) r += x != i && sel_before(u, x, i);
-    u.aux[i] = r;
-    if (r == ns - 1) sh_last = i;
-  }
-  if (tid == 0 && ns == 0 && double(lp[0]) != -CUDART_INF) sh_fail = 1;  // (0) is finite and not selected
-  __syncthreads();
-  // (3) the checks (a), (b), (c), node by node
-  const int last = ns > 0 ? sh_last : 0;
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
-    if (u.aux[i] >= ns) continue;
-    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m), d = sel_depth(m);
-    const double sc = u.score[i];
-    const uint64_t* wi = u.words + size_t(i) * nw;
-    bool ok = p != kMetaDropped && (p == 0 || u.aux[p] < ns);                       // (a) parent
-    if (ok && r > 0) {                                                               // (a), (c) previous sibling
-      const int q = i - 1;  // siblings are adjacent in U, in rank order (U[0], the root, is nobody's sibling)
-      ok = q >= 1 && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r - 1 && u.aux[q] < ns && !(sc > u.score[q]);
-    } else if (ok && p != 0) {
-      ok = !(sc > u.score[p]);                                                       // (c) parent
-    }
-    if (ok && r + 1 < K) {                                                           // (b) next sibling
-      const float* row = lp + size_t(d - 1) * K_in;
-      const double ys = __dadd_rn(__dsub_rn(sc, double(row[r])), double(row[r + 1]));
-      const int q = i + 1;
-      const bool in = q < n && sel_parent(u.meta[q]) == p && sel_rank(u.meta[q]) == r + 1 && u.aux[q] < ns;
-      if (ys != -CUDART_INF && !in) {
-        bool after = ns == B;
-        if (after && u.score[last] != ys) {
-          after = u.score[last] > ys;
-        } else if (after) {  // equal scores: the tuples decide (y's is i's with rank r + 1)
-          int w = 0;
-          for (; w < nw; ++w) {
-            const uint64_t wy = wi[w] + rank_bits(d, 1, w), wl = u.words[size_t(last) * nw + w];
-            if (wl != wy) { after = wl < wy; break; }
-          }
-          if (w == nw) after = sel_depth(u.meta[last]) < d;
-        }
-        ok = after;
-      }
-    }
-    if (ok && d < L) {                                                               // (b) first child
-      const double zs = __dadd_rn(sc, double(lp[size_t(d) * K_in]));
-      const int f = u.first[i];
-      const bool in = f >= 0 && u.aux[f] < ns;
-      if (zs != -CUDART_INF && !in) {
-        bool after = ns == B;
-        if (after && u.score[last] != zs) {
-          after = u.score[last] > zs;
-        } else if (after) {  // equal scores: z's tuple is i's plus rank 0, one deeper
-          int w = 0;
-          for (; w < nw; ++w) {
-            const uint64_t wl = u.words[size_t(last) * nw + w];
-            if (wl != wi[w]) { after = wl < wi[w]; break; }
-          }
-          if (w == nw) after = sel_depth(u.meta[last]) < d + 1;
-        }
-        ok = after;
-      }
-    }
-    if (!ok) sh_fail = 1;
-  }
-  __syncthreads();
-  const int status = sh_fail ? kUnverified : kSelected;
-  if (status != kSelected && KDTR_TB_FALLBACK != 0) return status;
-  // S in pop order. (Only the fallback mutant gets here unverified: the guards keep its writes in bounds.)
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
-    const int o = u.aux[i] + 1;
-    if (o > ns) continue;
-    const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m);
-    const int po = p == 0 ? 0 : (p == kMetaDropped || u.aux[p] >= ns) ? -1 : u.aux[p] + 1;
-    s_score[o] = u.score[i];
-    s_parent[o] = po < 0 ? 0 : po;
-    s_depth[o] = sel_depth(m);
-    s_rank[o] = r;
-    if (r == 0 && po >= 0) s_first[po] = o;
-    if (r > 0 && i > 1 && u.aux[i - 1] < ns && sel_parent(u.meta[i - 1]) == p) s_next[u.aux[i - 1] + 1] = o;
-  }
-  if (tid == 0) *count = ns + 1;
-  return status;
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, s_score, s_parent, s_depth, s_rank, s_first, s_next,
+                       count);
 }
 
+// ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
+// The same select-then-verify contract (any U works: (a)-(c) decide), generated by warp 0 alone so that a level
+// costs warp collectives instead of block barriers. Level by level, each parent keeps the children whose score
+// reaches tau (a galloping search of the non-increasing chain t0 + lp[r]), capped by its dominator count: the
+// node y = (r_1..r_d) comes after every (r'_1..r'_e) with e <= d and r'_i <= r_i (each step to a smaller rank or
+// a shorter prefix keeps or raises the score, and wins ties by the tuple), dom(y) = sum_e prod_{i<=e}(r_i + 1)
+// of them, so y is in S only if dom(y) <= B. tau rises, and the nodes below it leave U (an order-keeping
+// compaction), when U holds more than 2B nodes after a level or a level's children do not fit: to the highest
+// 20-bit prefix of the order keys that at least B nodes of U reach (so never past the tree's B-th best score).
+// A level whose children do not fit is expanded in parts, a prune between parts; no room even then: overflow.
+constexpr int kPruneBits = 20;  // resolution of a raise of tau: sign, exponent and 8 bits of the score
+#ifndef KDTR_TB_PRUNE_PCT
+#define KDTR_TB_PRUNE_PCT 200  // a level that leaves U with more than this percentage of B nodes is pruned
+#endif
+constexpr int kPruneAtPct = KDTR_TB_PRUNE_PCT;
+
+// How many children of the parent U[i] (depth d) score at least tau within its dominator cap; aux holds the
+// parent's dom | wt << 16 (wt = prod (r_i + 1)). row = lp[d], l0 = lp[d][0].
+__device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d, double l0, const float* row,
+                                                uint64_t tau, int B, int K) {
+  const int dw = u.aux[i], dom = dw & 0xffff, wt = dw >> 16;
+  int cap = dom < B ? (B - dom) / wt : 0;
+  cap = cap < K ? cap : K;
+  if (cap <= 0) return 0;
+  const double s0 = d == 0 ? l0 : __dadd_rn(u.score[i], l0);  // the first node is float(lp[0][0])
+  if (s0 == -CUDART_INF || order_key(s0) < tau) return 0;
+  const double t0 = __dsub_rn(s0, l0);
+  // Ranks 1..3 at once (independent loads: most parents keep one to three children), then a gallop from 4.
+  int n3 = 1;
+#pragma unroll
+  for (int r = 1; r <= 3; ++r) {
+    const double sr = r < cap ? __dadd_rn(t0, double(row[r])) : -CUDART_INF;
+    n3 += sr != -CUDART_INF && order_key(sr) >= tau;
+  }
+  if (n3 < 4 || cap == 4) return n3;
+  int lo = 4, hi = cap;  // ranks [0, lo) reach tau; the answer is in [lo, hi]
+  for (int step = 1; lo < hi; step <<= 1) {
+    const int probe = lo + step - 1 < hi - 1 ? lo + step - 1 : hi - 1;
+    const double sp = __dadd_rn(t0, double(row[probe]));
+    if (sp != -CUDART_INF && order_key(sp) >= tau) {
+      lo = probe + 1;
+    } else {
+      hi = probe;
+      break;
+    }
+  }
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    const double sm = __dadd_rn(t0, double(row[mid]));
+    if (sm != -CUDART_INF && order_key(sm) >= tau) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+// The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
+// than B do. A bit a step, MSB first: each lane counts its own items against the trial prefix, a warp sum
+// decides the bit. The items' high key words sit in registers up to 32 * kRaiseRegItems of them (the 20 steps
+// are then pure ALU work), beyond that in aux2.
+constexpr int kRaiseRegItems = 16;
+__device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, uint64_t tau, int B, int lane) {
+  if (n - 1 < B) return tau;
+  const bool in_regs = n - 1 <= 32 * kRaiseRegItems;
+  unsigned hk[kRaiseRegItems];
+#pragma unroll
+  for (int q = 0; q < kRaiseRegItems; ++q) hk[q] = 0u;
+  if (in_regs) {
+#pragma unroll
+    for (int q = 0; q < kRaiseRegItems; ++q) {
+      const int i = 1 + lane + 32 * q;
+      const uint64_t k = i < n ? order_key(u.score[i]) : 0ull;
+      hk[q] = k >= tau ? unsigned(k >> 32) : 0u;  // a finite score's key has a nonzero high word
+    }
+  } else {
+    for (int i = 1 + lane; i < n; i += 32) {
+      const uint64_t k = order_key(u.score[i]);
+      u.aux2[i] = k >= tau ? int(k >> 32) : 0;
+    }
+  }
+  unsigned p = 0;  // each lane reads back only its own items: no warp sync needed
+  for (int bit = 31; bit >= 32 - kPruneBits; --bit) {
+    const unsigned trial = p | (1u << bit);
+    int c = 0;
+    if (in_regs) {
+#pragma unroll
+      for (int q = 0; q < kRaiseRegItems; ++q) c += hk[q] >= trial;
+    } else {
+#pragma unroll 4
+      for (int i = 1 + lane; i < n; i += 32) c += unsigned(u.aux2[i]) >= trial;
+    }
+    if (__reduce_add_sync(0xffffffffu, c) >= B) p = trial;
+  }
+  const uint64_t raised = uint64_t(p) << 32;
+  return raised > tau ? raised : tau;
+}
+
+// Drop the nodes of U[1, n) below tau, keeping the order, in one pass of 32-node chunks (a node's new index is
+// known once the chunks before it are done, and parents come before their children); parents follow their
+// nodes (a dropped parent reads kMetaDropped, which check (a) rejects) and each kept rank-0 child re-links its
+// parent's first child. idx[0..2] are U indices (or n) that come back as the index of the first kept node at or
+// after them. Returns the new n.
+__device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t tau, int* idx, int lane) {
+  const int nw = u.nwords;
+  int kept = 0;
+  int out[3] = {idx[0], idx[1], idx[2]};
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    double sc = 0.0;
+    bool keep = false;
+    if (i < n) {
+      sc = u.score[i];
+      keep = i == 0 || order_key(sc) >= tau;
+    }
+    const unsigned mask = __ballot_sync(0xffffffffu, keep);
+    const int j = kept + __popc(mask & ((1u << lane) - 1u));
+#pragma unroll
+    for (int x = 0; x < 3; ++x)
+      if (idx[x] >= base && idx[x] < base + 32) out[x] = __shfl_sync(0xffffffffu, j, idx[x] - base);
+    int m = 0, dw = 0;
+    uint64_t wd[kMaxRankWords];
+    if (keep) {
+      m = u.meta[i];
+      dw = u.aux[i];
+#pragma unroll
+      for (int w = 0; w < kMaxRankWords; ++w) wd[w] = w < nw ? u.words[size_t(i) * nw + w] : 0ull;
+    }
+    if (i < n) u.aux2[i] = keep ? j : -1;
+    __syncwarp();  // the chunk is read (targets never pass sources) and its new indices are visible
+    int np = kMetaDropped;
+    if (keep) {
+      const int p = sel_parent(m);
+      np = i == 0 ? 0 : (p == kMetaDropped || u.aux2[p] < 0) ? kMetaDropped : u.aux2[p];
+      u.score[j] = sc;
+      u.meta[j] = (m & ~kMetaDropped) | np;
+      u.first[j] = -1;
+      u.aux[j] = dw;
+#pragma unroll
+      for (int w = 0; w < kMaxRankWords; ++w)
+        if (w < nw) u.words[size_t(j) * nw + w] = wd[w];
+    }
+    __syncwarp();
+    if (keep && i > 0 && sel_rank(m) == 0 && np != kMetaDropped) u.first[np] = j;
+    __syncwarp();
+    kept += __popc(mask);
+  }
+#pragma unroll
+  for (int x = 0; x < 3; ++x) idx[x] = idx[x] >= n ? kept : out[x];
+  return kept;
+}
+
+// Write child r of U[p] (depth d + 1) to U[idx]: score by the reference's recursion (the chain shortcut for
+// r >= 1), meta, words, dominator count. Returns whether the shortcut is not the chain's value here.
+__device__ __forceinline__ bool warp_write_child(const SelectSet& u, int p, int r, int idx, int d, double l0,
+                                                 const float* row) {
+  const int nw = u.nwords;
+  const double s0 = d == 0 ? l0 : __dadd_rn(u.score[p], l0);
+  double sc = s0;
+  bool unstable = false;
+  if (r > 0) {
+    const double l = double(row[r]), t0 = __dsub_rn(s0, l0);
+    sc = __dadd_rn(t0, l);
+    unstable = __dsub_rn(sc, l) != t0;
+  } else {
+    u.first[p] = idx;
+  }
+  const int dw = u.aux[p], wt = (dw >> 16) * (r + 1);
+  u.score[idx] = sc;
+  u.meta[idx] = sel_meta(p, r, d + 1);
+  u.first[idx] = -1;
+  u.aux[idx] = ((dw & 0xffff) + wt) | (wt << 16);
+  for (int w = 0; w < nw; ++w) u.words[size_t(idx) * nw + w] = u.words[size_t(p) * nw + w] | rank_bits(d + 1, r, w);
+  return unstable;
+}
+
+// Warp 0's generation of U (lp with row stride ls, staged or global). Returns kSelected with *n_out = |U| and
+// *chain_failed set where a sibling chain was not stable, or kOverflow.
+__device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const float* lp, int ls, int L, int K,
+                                             int B, int* n_out, int* chain_failed) {
+  const int lane = threadIdx.x & 31, nw = u.nwords;
+  if (lane == 0) {  // U[0] is the root: dom 0, wt 1
+    u.score[0] = 0.0;
+    u.meta[0] = sel_meta(0, 0, 0);
+    u.first[0] = -1;
+    u.aux[0] = 1 << 16;
+  }
+  for (int w = lane; w < nw; w += 32) u.words[w] = 0ull;
+  __syncwarp();
+  uint64_t tau = order_key(-1.7976931348623157e308);  // the lowest finite score: -inf is never selected
+  int n = 1, pb = 0, fail = 0;
+  for (int d = 0; d < L && pb < n; ++d) {
+    const float* row = lp + size_t(d) * ls;
+    const double l0 = double(row[0]);
+    int cur = pb, end = n;  // parents [cur, end) still to expand; their children go to U[n, ...)
+    while (cur < end) {
+      // Chunks of 32 parents, a lane each: count, scan, write the children that fit. Where a chunk's children
+      // do not fit, the level stops at the first parent whose children do not (parts: a prune comes first).
+      int stop = end, took = 0;
+      for (int base = cur; base < end; base += 32) {
+        const int i = base + lane;
+        const int c = i < end ? warp_child_count(u, i, d, l0, row, tau, B, K) : 0;
+        int x;  // inclusive scan: this lane's children end at U[n + x)
+        const unsigned le = 0xffffffffu >> (31 - lane);
+        if (__all_sync(0xffffffffu, c <= 3)) {  // the common case: two ballots instead of five shuffles
+          x = __popc(__ballot_sync(0xffffffffu, c & 1) & le) + 2 * __popc(__ballot_sync(0xffffffffu, c & 2) & le);
+        } else {
+          x = c;
+          for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+          }
+        }
+        const int ex = x - c;
+        const int fit = __popc(__ballot_sync(0xffffffffu, i < end && x <= cap - n));  // a prefix of the lanes
+        const int m = fit ? __shfl_sync(0xffffffffu, x, fit - 1) : 0;
+        const int maxc = __reduce_max_sync(0xffffffffu, lane < fit ? c : 0);
+        if (maxc <= (m + 31) / 32 + 2) {  // few children per parent: each lane writes its own
+          for (int r = 0; lane < fit && r < c; ++r) fail |= warp_write_child(u, i, r, n + ex + r, d, l0, row);
+        } else {  // the chunk's children over the lanes; a child's parent by a search over the lanes' offsets
+          for (int kb = 0; kb < m; kb += 32) {
+            const int k = kb + lane;
+            int j = 0;  // the last lane below `fit` whose first child is at or before k
+            for (int st = 16; st > 0; st >>= 1) {
+              const int e = __shfl_sync(0xffffffffu, ex, (j + st) & 31);
+              if (j + st < fit && e <= k) j += st;
+            }
+            const int ej = __shfl_sync(0xffffffffu, ex, j);
+            if (k < m) fail |= warp_write_child(u, base + j, k - ej, n + k, d, l0, row);
+          }
+        }
+        n += m;
+        took += m;
+        if (fit < 32 && base + fit < end) {
+          stop = base + fit;
+          break;
+        }
+      }
+      __syncwarp();
+      const bool parts = stop < end;
+      cur = stop;
+      if (parts || n - 1 > kPruneAtPct * B / 100) {  // prune: tau rises, the nodes below it go
+        const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);
+        __syncwarp();
+        if (raised > tau) {
+          tau = raised;
+          int idx[3] = {cur, end, pb};
+          n = warp_compact(u, n, tau, idx, lane);
+          cur = idx[0]; end = idx[1]; pb = idx[2];
+        } else if (parts && took == 0) {
+          return kOverflow;  // no room for the next parent's children, and tau cannot rise
+        }
+      }
+    }
+    pb = end;
+  }
+  if (n - 1 > B + B / 4 + 32) {  // a last prune keeps the parallel ranking small
+    const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);
+    __syncwarp();
+    if (raised > tau) {
+      int idx[3] = {n, n, n};
+      n = warp_compact(u, n, raised, idx, lane);
+    }
+  }
+  *n_out = n;
+  *chain_failed = __any_sync(0xffffffffu, fail);
+  return kSelected;
+}
 }  // namespace
 
 // Host-side geometry, evaluated by the same constexpr functions the kernel uses: out[0] = dynamic shared
@@ -496,7 +802,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
 extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long smem_limit, long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, KDTR_TB_STAGE_LP);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT);
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT, stage);
   out[0] = tree_build_smem(B, L, K, stage, cap).total;
   out[1] = stage ? 1 : 0;
   out[2] = cap;
@@ -641,15 +947,28 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 #if KDTR_TB_FALLBACK == 2
   __shared__ int s_select_status;
 #endif
-  if (select_cap > 0 && B > 0 && L > 0 && K > 0) {
+  if (select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0) {
     const int nw = nwords;
     double* u_score = reinterpret_cast<double*>(smem);
     uint64_t* u_words = reinterpret_cast<uint64_t*>(u_score + select_cap);
     int* u_meta = reinterpret_cast<int*>(u_words + size_t(select_cap) * nw);
     const SelectSet u{u_score, u_words, u_meta, u_meta + select_cap, u_meta + 2 * select_cap,
                       u_meta + 3 * select_cap, nw};
+#if KDTR_TB_WARPGEN
+    __shared__ int s_gen[3];  // warp 0's outcome, |U|, chain failed
+    if (tid < 32) {
+      int n_u = 0, chain_failed = 0;
+      const int g = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed);
+      if (tid == 0) { s_gen[0] = g; s_gen[1] = n_u; s_gen[2] = chain_failed; }
+    }
+    __syncthreads();
+    const int st = s_gen[0] != kSelected ? s_gen[0]
+                                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, s_score,
+                                                         s_parent, s_depth, s_rank, s_first, s_next, &s_count);
+#else
     const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, s_score, s_parent, s_depth, s_rank, s_first,
                                 s_next, &s_count);
+#endif
     replay = st == kOverflow || (st == kUnverified && KDTR_TB_FALLBACK != 0);
 #if KDTR_TB_FALLBACK == 2
     if (tid == 0) s_select_status = st;
@@ -756,7 +1075,8 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   const size_t row0 = size_t(b) * D;
   if (tid == 0) n_nodes[b] = n;
 #if KDTR_TB_SELECT && KDTR_TB_FALLBACK == 2
-  if (tid == 0 && select_cap > 0 && B > 0 && L > 0 && K > 0 && s_select_status != kSelected)
+  if (tid == 0 && select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0 &&
+      s_select_status != kSelected)
     n_nodes[b] = -s_select_status;  // measuring: -1 unverified, -2 overflow
 #endif
   for (int i = tid; i < D; i += blockDim.x) {

@@ -55,17 +55,21 @@ KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_
 }
 
 // The variant's choice (KDTR_TB_STAGE_LP: 1 = stage the log-probs in shared memory when they fit the
-// device's per-block limit, 0 = always read them from global memory) and the bytes to launch with.
+// device's per-block limit, 2 = the same but only up to kTreeBuildStageSmallBytes, which leaves the candidate
+// set of the warp build its room at B = 1024, 0 = always read them from global memory) and the bytes to launch with.
+constexpr long long kTreeBuildStageSmallBytes = 32 * 1024;
 KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_limit, int stage_policy) {
-  return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit;
+  return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit &&
+         (stage_policy != 2 || 4LL * L * K <= kTreeBuildStageSmallBytes);
 }
 
 // Candidates the select-then-verify build holds (KDTR_TB_SELECT = m >= 1; 0 = the variant never selects): about
 // 4mB + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
-// device's per-block shared memory (less 1 KB for the kernel's static shared variables) holds fewer; 0,
-// the replay alone, when fewer than B + 2 fit.
-KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy) {
-  const long long fixed = tree_build_smem(B, L, K, false).total - tree_build_smem(B, L, K, false).score;
+// device's per-block shared memory (less 1 KB for the kernel's static shared variables, and the staged
+// log-probs when `stage`) holds fewer; 0, the replay alone, when fewer than B + 2 fit.
+KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy,
+                                            bool stage) {
+  const long long fixed = tree_build_smem(B, L, K, stage).total - tree_build_smem(B, L, K, stage).score;
   const long long room = smem_limit - 1024 - fixed;
   const long long fit = room > 0 ? room / tree_build_select_node_bytes(L) : 0;
   long long cap = 4LL * select_policy * B + 64 + 1;

@@ -34,9 +34,9 @@ from reference import tree_build as ref
 # entries placed, rescan + loop end, pops total, whole kernel, nodes]; segments summed over the pops.
 PROFILE = (
     (
-        "  const int tid = threadIdx.x;\n",
+        "  const int tid = threadIdx.x;\n  // Every log-prob",
         "  const int tid = threadIdx.x;\n  const long long prof_t0 = clock64();\n"
-        "  long long prof[6] = {0, 0, 0, 0, 0, 0};\n",
+        "  long long prof[6] = {0, 0, 0, 0, 0, 0};\n  // Every log-prob",
     ),
     (
         "    while (count < B) {\n      const uint64_t key = bj",
@@ -72,10 +72,71 @@ PROFILE = (
 )
 
 
+# clock64() marks in select_warp (request 0): cycles summed into a device global by lane 0 of warp 0, written to
+# positions[0, :10] = [generation, ranking + checks, whole kernel, nodes, children counted and written, passes
+# over a level's parents, tau raises, compactions, levels, replayed].
+_ACC = "if (blockIdx.x == 0 && lane == 0) kdtr_prof"
+PROFILE_SELECT = (
+    ('#include "tree_build.cuh"\n', '#include "tree_build.cuh"\n__device__ long long kdtr_prof[6];\n'),
+    (
+        "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
+        "  const long long prof_t0 = clock64();\n  long long prof_gen = 0, prof_fin = 0;\n"
+        "  if (b == 0 && threadIdx.x == 0) for (int k = 0; k < 6; ++k) kdtr_prof[k] = 0;\n"
+        "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
+    ),
+    (
+        "      int stop = end, took = 0;\n",
+        "      long long pq = clock64();\n      int stop = end, took = 0;\n",
+    ),
+    (
+        "      const bool parts = stop < end;\n",
+        f"      {_ACC}[0] += clock64() - pq;\n      {_ACC}[1] += 1;\n      const bool parts = stop < end;\n",
+    ),
+    (
+        "        const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);\n"
+        "        __syncwarp();\n        if (raised",
+        "        pq = clock64();\n        const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);\n"
+        f"        __syncwarp();\n        {_ACC}[2] += clock64() - pq;\n        if (raised",
+    ),
+    (
+        "          n = warp_compact(u, n, tau, idx, lane);\n",
+        "          pq = clock64();\n          n = warp_compact(u, n, tau, idx, lane);\n"
+        f"          {_ACC}[3] += clock64() - pq;\n",
+    ),
+    ("    pb = end;\n  }\n", f"    pb = end;\n    {_ACC}[4] += 1;\n  }}\n"),
+    (
+        "    const int st = s_gen[0] != kSelected",
+        "    prof_gen = clock64() - prof_t0;\n    const int st = s_gen[0] != kSelected",
+    ),
+    ("    replay = st == kOverflow ||", "    prof_fin = clock64() - prof_t0;\n    replay = st == kOverflow ||"),
+    (
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+        "  __syncthreads();\n  if (tid == 0 && b == 0) {\n"
+        "    positions[0] = int(prof_gen);\n    positions[1] = int(prof_fin - prof_gen);\n"
+        "    positions[2] = int(clock64() - prof_t0);\n    positions[3] = n;\n"
+        "    for (int k = 0; k < 5; ++k) positions[4 + k] = int(kdtr_prof[k]);\n"
+        "    positions[9] = replay ? 1 : 0;\n  }\n"
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+    ),
+)
+
+
 def profile(cells):
-    """Cycle breakdown of the lane-cached pop loops (request 0) on the benchmark's inputs."""
+    """Cycle breakdown of the lane-cached pop loops and of select_warp's phases (request 0) on the benchmark's
+    and the peaked inputs."""
     for name in ("lane_cached",):
         _profile(dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE), cells)
+    spec = dataclasses.replace(designs()["select_warp"], variant="select_warp_profile", patches=PROFILE_SELECT)
+    for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
+        for bs, B in cells:
+            p = tree_build_ops.prepare(spec, *make(bs, B))
+            p.launch()
+            p.launch()
+            pos = np.asarray(p.finish().positions)[0, :10].astype(np.int64)
+            names = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
+            names += ("replayed",)
+            row = {"design": spec.variant, "inputs": kind, "bs": bs, "B": B, **dict(zip(names, map(int, pos)))}
+            print(json.dumps(row), flush=True)
 
 
 def _profile(spec, cells):
@@ -115,22 +176,36 @@ def designs() -> dict[str, specs.KernelSpec]:
     out["select_verify_block64"] = dataclasses.replace(sel, variant="select_verify_block64", block=64)
     out["select_verify_no_stair"] = sel.with_defines("select_verify_no_stair", KDTR_TB_STAIR_MAX="0")
     out["select_verify_cap8"] = sel.with_defines("select_verify_cap8", KDTR_TB_SELECT="2")
+    warp = out["select_warp"]
+    out["select_warp_block128"] = dataclasses.replace(warp, variant="select_warp_block128", block=128)
+    out["select_warp_block512"] = dataclasses.replace(warp, variant="select_warp_block512", block=512)
+    out["select_warp_cap4"] = warp.with_defines("select_warp_cap4", KDTR_TB_SELECT="1")
+    out["select_warp_global_lp"] = warp.with_defines("select_warp_global_lp", KDTR_TB_STAGE_LP="0")
+    out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
+    out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
+    out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", KDTR_TB_SELECT_MIN_B="128")
     return out
 
 
-def fallbacks(json_path=None):
-    """select_verify built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
+def fallbacks(json_path=None, variant="select_warp"):
+    """A select variant built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
     candidates overflowed), over many requests of each input family: the fallback rate per (inputs, B)."""
-    spec = specs.get("tree_build", "select_verify").with_defines("select_verify_report", KDTR_TB_FALLBACK="2")
+    spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
     rows = []
-    families = (("bench", bench_inputs), ("peaked", peaked_inputs), ("drafter_bf16", drafter_inputs))
+    families = (
+        ("bench", bench_inputs),
+        ("peaked", peaked_inputs),
+        ("drafter_bf16", drafter_inputs),
+        ("continuous", continuous_inputs),
+    )
     for kind, make in families:
         for B, L in ((16, 15), (64, 15), (256, 15), (1024, 15), (64, 32)):
-            bs = (1024 if B <= 256 else 256) if kind != "drafter_bf16" else 128
+            bs = (1024 if B <= 256 else 256) if kind in ("bench", "peaked") else 128
             p = tree_build_ops.prepare(spec, *make(bs, B, L=L))
             p.launch()
             n = np.asarray(p.finish().n_nodes)
             row = {
+                "variant": variant,
                 "inputs": kind,
                 "B": B,
                 "L": L,
@@ -163,6 +238,14 @@ def drafter_inputs(bs, B, L=15, seed=2):
     out = np.minimum(out, np.float32(0))
     _, ids, roots, _, pre = bench_inputs(bs, B, L)
     return out, ids, roots, B, pre
+
+
+def continuous_inputs(bs, B, L=15, seed=5):
+    """float32 log-prob rows with no quantization (harness.strategies 'continuous' style), as a drafter that
+    computes its log-softmax in float32 gives them."""
+    lp = hh.logp_rows(np.random.default_rng(seed), (bs, L, B), "continuous", 0.0)
+    _, ids, roots, _, pre = bench_inputs(bs, B, L)
+    return lp, ids, roots, B, pre
 
 
 def bench_inputs(bs, B, L=15, seed=0):
@@ -222,6 +305,7 @@ def main(argv=None):
         default="heap_global,lane_cached,select_verify,select_verify_block128,select_verify_block256",
         help="comma list of designs() names to time",
     )
+    ap.add_argument("--variants", default="select_warp,select_verify", help="fallbacks: the select variants")
     a = ap.parse_args(argv)
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
     grid = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256, 1024)]
@@ -231,7 +315,8 @@ def main(argv=None):
         profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
         return
     if a.what == "fallbacks":
-        fallbacks(a.json)
+        for v in a.variants.split(","):
+            fallbacks(a.json and a.json.replace(".json", f"-{v}.json"), v)
         return
     rows = []
     ds = {k: v for k, v in designs().items() if k in a.designs.split(",") or k == "heap_smem"}

@@ -64,7 +64,7 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
   const int select_policy = v.has_define("KDTR_TB_SELECT") ? std::stoi(v.define("KDTR_TB_SELECT")) : 0;
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
-  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy);
+  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage);
   const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap).total);
   int lp_in_smem = stage ? 1 : 0;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
