@@ -432,7 +432,7 @@ def test_batch_invariant(impl, case, data):
         )
 
 
-# --- the select-then-verify kernel's replay (kernels_cu/tree_build.cu, variant select_verify) ------------------
+# --- the select-then-verify kernels' replay (kernels_cu/tree_build.cu, variants select_verify, select_warp) -----
 FALLBACK_CASES = hh.select_fallback_cases()
 
 
@@ -440,8 +440,8 @@ FALLBACK_CASES = hh.select_fallback_cases()
 @pytest.mark.parametrize("name", sorted(FALLBACK_CASES))
 def test_inputs_that_force_the_select_fallback(impl, name):
     """Inputs on which a selection shortcut goes wrong (unstable sibling chains) or overflows (ties everywhere):
-    every implementation is still the reference, bit for bit. test_select_fallback_is_taken shows that the
-    select_verify kernel replays on them; its mutants without the replay or the chain check fail here."""
+    every implementation is still the reference, bit for bit. test_select_fallback_is_taken shows that both
+    select kernels replay on them; their mutants without the replay or the chain check fail here."""
     case = FALLBACK_CASES[name]
     want = ref.tree_build(**case.args)
     if name == "unstable_chains":  # the input does what it claims: the shortcut misses nodes of the tree

@@ -123,7 +123,7 @@ for stage in "${STAGES[@]}"; do case $stage in
     summary "gate: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_rerun.txt")"
     summary "gate: planted slowdown rc=$rc_slow (want 1): $(tail -1 "$OUT/logs/gate_slow.txt")"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_slow" -eq 1 ] || status=1 ;;
-  tb_dev)  # tree_build designs side by side, and how often select_verify replays (kernels_cu/PERF_NOTES.md)
+  tb_dev)  # tree_build designs side by side, and how often the select variants replay (kernels_cu/PERF_NOTES.md)
     run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py fallbacks --json "$OUT/tb-fallbacks.json"
     run tb_dev_time timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py time ${KDTR_PERF_QUICK:+--quick} \
         --json "$OUT/tb-designs.json" ;;

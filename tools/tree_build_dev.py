@@ -3,8 +3,9 @@ process, the registered variants and the design alternatives kept only here (sam
 block), each checked bit-exact against the reference on the timed inputs first.
 
   python3 tools/tree_build_dev.py time [--quick] [--json F]   # µs per launch, warm CUDA-graph replays
-  python3 tools/tree_build_dev.py profile                      # clock64() cycle breakdown of the pop loop
-  python3 tools/tree_build_dev.py fallbacks [--json F]         # how often select_verify replays, and why
+  python3 tools/tree_build_dev.py profile                      # clock64() cycles: pop loop, select_warp phases
+  python3 tools/tree_build_dev.py fallbacks [--json F] [--variants select_warp,select_verify]
+                                                               # how often each select variant replays, and why
 
 Inputs are the benchmark's (perf/bench_tree_build.py: bf16-quantized log-probs, L = 15, K_in = B), plus the
 drafter-like peaked rows of `peaked_inputs` (one confident token per depth). Times are CUDA-event medians of
