@@ -66,8 +66,8 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     ),
     "k_tb_warp_compaction_keeps_old_parent": (
         "tree_build",
-        "      u.meta[j] = (m & ~kMetaDropped) | np;\n",
-        "      u.meta[j] = m;\n",
+        "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.first[j] = -1;\n",  # warp_compact's (unique)
+        "      u.meta[j] = m;\n      u.first[j] = -1;\n",
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (
