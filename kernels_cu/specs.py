@@ -135,7 +135,7 @@ SPECS: tuple[KernelSpec, ...] = (
         defines=(
             ("KDTR_TB_STAGE_LP", "2"),
             ("KDTR_TB_POP", "1"),
-            ("KDTR_TB_SELECT", "1"),  # 4B + 65 candidates: 8B + 65 halved the CTAs per SM (PERF_NOTES.md)
+            ("KDTR_TB_SELECT", "2"),
             ("KDTR_TB_WARPGEN", "1"),
         ),
         options=_EXACT,

@@ -123,8 +123,8 @@ struct SelectSet {  // U, in the space of the replay's frontier and tuple words
   uint64_t* words;  // [cap * nwords] rank tuple (tree_build.cu's packing)
   int* meta;        // [cap] sel_meta(parent, rank, depth)
   int* first;       // [cap] U index of the first child, -1 if none in U
-  int* aux;         // [cap] scratch: staircase rank, keep flag, heap rank; select_warp: dom | wt << 16
-  int* aux2;        // [cap] scratch: child counts -> offsets, new indices, the ranking's order; raise's keys
+  int* aux;         // [cap] scratch: staircase rank, keep flag, heap rank
+  int* aux2;        // [cap] scratch: child counts -> offsets, new indices
   int nwords;
 };
 
@@ -536,8 +536,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
 // node y = (r_1..r_d) comes after every (r'_1..r'_e) with e <= d and r'_i <= r_i (each step to a smaller rank or
 // a shorter prefix keeps or raises the score, and wins ties by the tuple), dom(y) = sum_e prod_{i<=e}(r_i + 1)
 // of them, so y is in S only if dom(y) <= B. tau rises, and the nodes below it leave U (an order-keeping
-// compaction), when U holds more than KDTR_TB_PRUNE_PCT % of B nodes after a pass over a level's parents, or
-// when a level's children do not fit: to the highest
+// compaction), when U holds more than 2B nodes after a level or a level's children do not fit: to the highest
 // 20-bit prefix of the order keys that at least B nodes of U reach (so never past the tree's B-th best score).
 // A level whose children do not fit is expanded in parts, a prune between parts; no room even then: overflow.
 constexpr int kPruneBits = 20;  // resolution of a raise of tau: sign, exponent and 8 bits of the score
@@ -628,12 +627,12 @@ __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, ui
 // Drop the nodes of U[1, n) below tau, keeping the order, in one pass of 32-node chunks (a node's new index is
 // known once the chunks before it are done, and parents come before their children); parents follow their
 // nodes (a dropped parent reads kMetaDropped, which check (a) rejects) and each kept rank-0 child re-links its
-// parent's first child. idx[0..1] are U indices (or n) that come back as the index of the first kept node at or
+// parent's first child. idx[0..2] are U indices (or n) that come back as the index of the first kept node at or
 // after them. Returns the new n.
 __device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t tau, int* idx, int lane) {
   const int nw = u.nwords;
   int kept = 0;
-  int out[2] = {idx[0], idx[1]};
+  int out[3] = {idx[0], idx[1], idx[2]};
   for (int base = 0; base < n; base += 32) {
     const int i = base + lane;
     double sc = 0.0;
@@ -645,7 +644,7 @@ __device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t 
     const unsigned mask = __ballot_sync(0xffffffffu, keep);
     const int j = kept + __popc(mask & ((1u << lane) - 1u));
 #pragma unroll
-    for (int x = 0; x < 2; ++x)
+    for (int x = 0; x < 3; ++x)
       if (idx[x] >= base && idx[x] < base + 32) out[x] = __shfl_sync(0xffffffffu, j, idx[x] - base);
     int m = 0, dw = 0;
     uint64_t wd[kMaxRankWords];
@@ -675,7 +674,7 @@ __device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t 
     kept += __popc(mask);
   }
 #pragma unroll
-  for (int x = 0; x < 2; ++x) idx[x] = idx[x] >= n ? kept : out[x];
+  for (int x = 0; x < 3; ++x) idx[x] = idx[x] >= n ? kept : out[x];
   return kept;
 }
 
@@ -773,9 +772,9 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
         __syncwarp();
         if (raised > tau) {
           tau = raised;
-          int idx[2] = {cur, end};
+          int idx[3] = {cur, end, pb};
           n = warp_compact(u, n, tau, idx, lane);
-          cur = idx[0]; end = idx[1];
+          cur = idx[0]; end = idx[1]; pb = idx[2];
         } else if (parts && took == 0) {
           return kOverflow;  // no room for the next parent's children, and tau cannot rise
         }
@@ -787,7 +786,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
     const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);
     __syncwarp();
     if (raised > tau) {
-      int idx[2] = {n, n};
+      int idx[3] = {n, n, n};
       n = warp_compact(u, n, raised, idx, lane);
     }
   }

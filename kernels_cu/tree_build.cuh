@@ -55,17 +55,12 @@ KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_
 }
 
 // The variant's choice (KDTR_TB_STAGE_LP: 1 = stage the log-probs in shared memory when they fit the
-// device's per-block limit, 2 = the same but only up to kTreeBuildStageSmallBytes and only where 4B + 65 select
-// candidates still fit beside them (the select builds keep their room: staging never costs the selection),
-// 0 = always read them from global memory) and the bytes to launch with.
+// device's per-block limit, 2 = the same but only up to kTreeBuildStageSmallBytes, which leaves the candidate
+// set of the warp build its room at B = 1024, 0 = always read them from global memory) and the bytes to launch with.
 constexpr long long kTreeBuildStageSmallBytes = 32 * 1024;
-KDTR_HD constexpr long long tree_build_select_node_bytes(int L);
 KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_limit, int stage_policy) {
   return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit &&
-         (stage_policy != 2 ||
-          (4LL * L * K <= kTreeBuildStageSmallBytes &&
-           tree_build_smem(B, L, K, true).total + (4LL * B + 65) * tree_build_select_node_bytes(L) <=
-               smem_limit - 1024));
+         (stage_policy != 2 || 4LL * L * K <= kTreeBuildStageSmallBytes);
 }
 
 // Candidates the select-then-verify build holds (KDTR_TB_SELECT = m >= 1; 0 = the variant never selects): about

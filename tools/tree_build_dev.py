@@ -180,7 +180,7 @@ def designs() -> dict[str, specs.KernelSpec]:
     warp = out["select_warp"]
     out["select_warp_block128"] = dataclasses.replace(warp, variant="select_warp_block128", block=128)
     out["select_warp_block512"] = dataclasses.replace(warp, variant="select_warp_block512", block=512)
-    out["select_warp_cap8"] = warp.with_defines("select_warp_cap8", KDTR_TB_SELECT="2")
+    out["select_warp_cap4"] = warp.with_defines("select_warp_cap4", KDTR_TB_SELECT="1")
     out["select_warp_global_lp"] = warp.with_defines("select_warp_global_lp", KDTR_TB_STAGE_LP="0")
     out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
     out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
