@@ -316,8 +316,8 @@ def main(argv=None):
         profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
         return
     if a.what == "fallbacks":
-        for v in a.variants.split(","):
-            fallbacks(a.json and a.json.replace(".json", f"-{v}.json"), v)
+        for v in a.variants.split(","):  # one file per variant: F.json -> F-VARIANT.json
+            fallbacks(a.json and f"{os.path.splitext(a.json)[0]}-{v}.json", v)
         return
     rows = []
     ds = {k: v for k, v in designs().items() if k in a.designs.split(",") or k == "heap_smem"}
