@@ -66,7 +66,9 @@ class KernelSpec:
         return any(a == arch or (a.endswith("a") and a[:-1] == arch) for a in self.archs)
 
 
-# No contraction in tree_build: its float64 scores follow the DDTree reference's operation order.
+# No contraction in tree_build: its float64 scores follow the DDTree reference's operation order. Every tree_build
+# spec names its geometry policies (KDTR_TB_STAGE_LP, KDTR_TB_SELECT), so that the Python wrapper and the engine
+# read them from the spec and no default is restated outside the kernel.
 _EXACT = (("fma", False),)
 
 SPECS: tuple[KernelSpec, ...] = (
@@ -79,7 +81,7 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_build_geometry",
         128,
         extra_entries=("tree_build_check_kernel",),
-        defines=(("KDTR_TB_STAGE_LP", "1"),),
+        defines=(("KDTR_TB_STAGE_LP", "1"), ("KDTR_TB_SELECT", "0")),
         options=_EXACT,
     ),
     KernelSpec(
@@ -91,7 +93,7 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_build_geometry",
         128,
         extra_entries=("tree_build_check_kernel",),
-        defines=(("KDTR_TB_STAGE_LP", "0"),),
+        defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_SELECT", "0")),
         options=_EXACT,
     ),
     KernelSpec(
@@ -104,7 +106,7 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_build_geometry",
         128,
         extra_entries=("tree_build_check_kernel",),
-        defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "1")),
+        defines=(("KDTR_TB_STAGE_LP", "0"), ("KDTR_TB_POP", "1"), ("KDTR_TB_SELECT", "0")),
         options=_EXACT,
     ),
     KernelSpec(

@@ -94,7 +94,7 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
 def policies(spec: KernelSpec) -> tuple[int, int]:
     """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT)."""
     d = spec.all_defines()
-    return int(d["KDTR_TB_STAGE_LP"]), int(d.get("KDTR_TB_SELECT", "0"))
+    return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"])
 
 
 def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):

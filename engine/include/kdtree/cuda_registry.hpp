@@ -37,7 +37,6 @@ struct Variant {
   const void* entry(const std::string& entry) const;
   // The value of define `name` (std::logic_error when the spec does not define it).
   std::string define(const std::string& name) const;
-  bool has_define(const std::string& name) const;
   bool takes(const std::string& dtype) const;
 };
 

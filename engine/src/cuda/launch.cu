@@ -62,7 +62,7 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
   const int K = B < K_in ? B : K_in;
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
-  const int select_policy = v.has_define("KDTR_TB_SELECT") ? std::stoi(v.define("KDTR_TB_SELECT")) : 0;
+  const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
   int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage);
   const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap).total);

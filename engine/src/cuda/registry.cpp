@@ -28,12 +28,6 @@ std::string Variant::define(const std::string& name) const {
   throw std::logic_error(this->name() + " does not define " + name);
 }
 
-bool Variant::has_define(const std::string& name) const {
-  for (int i = 0; i < n_defines; ++i)
-    if (name == defines[i].name) return true;
-  return false;
-}
-
 bool Variant::takes(const std::string& dtype) const {
   if (!*dtypes) return true;
   const std::string list = std::string(" ") + dtypes + " ";
