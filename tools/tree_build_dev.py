@@ -125,43 +125,30 @@ PROFILE_SELECT = (
 def profile(cells):
     """Cycle breakdown of the lane-cached pop loops and of select_warp's phases (request 0) on the benchmark's
     and the peaked inputs."""
-    for name in ("lane_cached",):
-        _profile(dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE), cells)
-    spec = dataclasses.replace(designs()["select_warp"], variant="select_warp_profile", patches=PROFILE_SELECT)
+    lane = dataclasses.replace(designs()["lane_cached"], variant="lane_cached_profile", patches=PROFILE)
+    names = ("before pops", "winner", "record+scores", "insert", "rescan+sync", "pops total", "kernel")
+    for bs, B in cells:
+        pos = _profiled_positions(lane, bench_inputs(bs, B), 8)
+        pops = max(int(pos[7]) - 1, 1)
+        per = {k: int(v) for k, v in zip(names, pos[:7])}
+        row = {"design": lane.variant, "bs": bs, "B": B, "nodes": int(pos[7]), "cycles": per}
+        print(json.dumps({**row, "per_pop": {k: round(per[k] / pops, 1) for k in names[1:5]}}), flush=True)
+    warp = dataclasses.replace(designs()["select_warp"], variant="select_warp_profile", patches=PROFILE_SELECT)
+    names = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
+    names += ("replayed",)
     for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
         for bs, B in cells:
-            p = tree_build_ops.prepare(spec, *make(bs, B))
-            p.launch()
-            p.launch()
-            pos = np.asarray(p.finish().positions)[0, :10].astype(np.int64)
-            names = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
-            names += ("replayed",)
-            row = {"design": spec.variant, "inputs": kind, "bs": bs, "B": B, **dict(zip(names, map(int, pos)))}
+            pos = _profiled_positions(warp, make(bs, B), len(names))
+            row = {"design": warp.variant, "inputs": kind, "bs": bs, "B": B, **dict(zip(names, map(int, pos)))}
             print(json.dumps(row), flush=True)
 
 
-def _profile(spec, cells):
-    for bs, B in cells:
-        p = tree_build_ops.prepare(spec, *bench_inputs(bs, B))
-        p.launch()
-        p.launch()
-        pos = np.asarray(p.finish().positions)[0, :8].astype(np.int64)
-        pops = max(int(pos[7]) - 1, 1)
-        names = ("before pops", "winner", "record+scores", "insert", "rescan+sync", "pops total", "kernel")
-        per = {k: int(v) for k, v in zip(names, pos[:7])}
-        print(
-            json.dumps(
-                {
-                    "design": spec.variant,
-                    "bs": bs,
-                    "B": B,
-                    "nodes": int(pos[7]),
-                    "cycles": per,
-                    "per_pop": {k: round(per[k] / pops, 1) for k in names[1:5]},
-                }
-            ),
-            flush=True,
-        )
+def _profiled_positions(spec, args, n):
+    """Request 0's first n `positions` words after a second launch of a profile build (the first warms up)."""
+    p = tree_build_ops.prepare(spec, *args)
+    p.launch()
+    p.launch()
+    return np.asarray(p.finish().positions)[0, :n].astype(np.int64)
 
 
 def designs() -> dict[str, specs.KernelSpec]:
@@ -303,7 +290,7 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument(
         "--designs",
-        default="heap_global,lane_cached,select_verify,select_verify_block128,select_verify_block256",
+        default="heap_global,lane_cached,select_verify,select_warp,select_warp_cap4",
         help="comma list of designs() names to time",
     )
     ap.add_argument("--variants", default="select_warp,select_verify", help="fallbacks: the select variants")
