@@ -302,17 +302,17 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   // in aux2 (any length: a compare whose partner is past the end is skipped, the "mirror" form of each merge
   // keeps that exact), then aux = the rank.
   const int ns = n - 1 < B ? n - 1 : B;
-  const int m = n - 1;
-  for (int t = tid; t < m; t += KDTR_BLOCK) u.aux2[t] = t + 1;
+  const int nc = n - 1;  // candidates to sort: U[1, n)
+  for (int t = tid; t < nc; t += KDTR_BLOCK) u.aux2[t] = t + 1;
   __syncthreads();
-  for (int k = 2; k / 2 < m; k <<= 1) {
+  for (int k = 2; k / 2 < nc; k <<= 1) {
     for (int j = k / 2; j > 0; j >>= 1) {
-      for (int t = tid; t < m; t += KDTR_BLOCK) {
+      for (int t = tid; t < nc; t += KDTR_BLOCK) {
         const int off = t & (k - 1);
         int p = -1;
         if (j == k / 2 && off < j) p = (t & ~(k - 1)) + k - 1 - off;  // mirror: the merge's first step
         if (j < k / 2 && (t & j) == 0) p = t + j;                      // half-cleaners
-        if (p < 0 || p >= m) continue;
+        if (p < 0 || p >= nc) continue;
         const int a = u.aux2[t], c = u.aux2[p];
         if (sel_before(u, c, a)) {
           u.aux2[t] = c;
@@ -322,7 +322,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
       __syncthreads();
     }
   }
-  for (int t = tid; t < m; t += KDTR_BLOCK) {
+  for (int t = tid; t < nc; t += KDTR_BLOCK) {
     u.aux[u.aux2[t]] = t;
     if (t == ns - 1) sh_last = u.aux2[t];
   }
