@@ -584,43 +584,108 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 }
 
 // The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
-// than B do. A bit a step, MSB first: each lane counts its own items against the trial prefix, a warp sum
-// decides the bit. The items' high key words sit in registers up to 32 * kRaiseRegItems of them (the 20 steps
-// are then pure ALU work), beyond that in aux2.
-constexpr int kRaiseRegItems = 16;
+// than B do. The items' 20-bit prefixes v = key >> 44 (0 below tau) sit in registers up to 32 * kRaiseRegItems
+// of them, beyond that in aux2. KDTR_TB_RAISE_WAYS = 2: a bit a step, MSB first, each step a warp sum of the
+// lanes' counts against the trial prefix; W > 2: the answer is searched in [tau's prefix, the highest prefix],
+// the range cut in W parts a step (W - 1 warp sums), so a step reads the items once for log2(W) bits.
+#ifndef KDTR_TB_RAISE_REGS
+#define KDTR_TB_RAISE_REGS 16
+#endif
+#ifndef KDTR_TB_RAISE_WAYS
+#define KDTR_TB_RAISE_WAYS 2
+#endif
+constexpr int kRaiseRegItems = KDTR_TB_RAISE_REGS;
+constexpr int kRaiseWays = KDTR_TB_RAISE_WAYS;
+static_assert(kRaiseWays >= 2, "the search cuts the range in at least two parts a step");
 __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, uint64_t tau, int B, int lane) {
   if (n - 1 < B) return tau;
   const bool in_regs = n - 1 <= 32 * kRaiseRegItems;
-  unsigned hk[kRaiseRegItems];
+  unsigned hv[kRaiseRegItems];
+  unsigned top = 0;  // this lane's highest prefix
 #pragma unroll
-  for (int q = 0; q < kRaiseRegItems; ++q) hk[q] = 0u;
+  for (int q = 0; q < kRaiseRegItems; ++q) hv[q] = 0u;
   if (in_regs) {
 #pragma unroll
     for (int q = 0; q < kRaiseRegItems; ++q) {
       const int i = 1 + lane + 32 * q;
       const uint64_t k = i < n ? order_key(u.score[i]) : 0ull;
-      hk[q] = k >= tau ? unsigned(k >> 32) : 0u;  // a finite score's key has a nonzero high word
+      hv[q] = k >= tau ? unsigned(k >> 44) : 0u;  // a finite score's prefix is nonzero
+      top = hv[q] > top ? hv[q] : top;
     }
   } else {
     for (int i = 1 + lane; i < n; i += 32) {
       const uint64_t k = order_key(u.score[i]);
-      u.aux2[i] = k >= tau ? int(k >> 32) : 0;
+      const unsigned v = k >= tau ? unsigned(k >> 44) : 0u;
+      u.aux2[i] = int(v);
+      top = v > top ? v : top;
     }
   }
-  unsigned p = 0;  // each lane reads back only its own items: no warp sync needed
-  for (int bit = 31; bit >= 32 - kPruneBits; --bit) {
+  // each lane reads back only its own items: no warp sync needed
+#if KDTR_TB_RAISE_WAYS == 2
+  (void)top;
+  unsigned p = 0;
+  for (int bit = 19; bit >= 0; --bit) {
     const unsigned trial = p | (1u << bit);
     int c = 0;
     if (in_regs) {
 #pragma unroll
-      for (int q = 0; q < kRaiseRegItems; ++q) c += hk[q] >= trial;
+      for (int q = 0; q < kRaiseRegItems; ++q) c += hv[q] >= trial;
     } else {
 #pragma unroll 4
       for (int i = 1 + lane; i < n; i += 32) c += unsigned(u.aux2[i]) >= trial;
     }
     if (__reduce_add_sync(0xffffffffu, c) >= B) p = trial;
   }
-  const uint64_t raised = uint64_t(p) << 32;
+#else
+  // Invariant: at least B items reach lo (checked first), fewer than B reach hi + 1 (none do).
+  unsigned lo = unsigned(tau >> 44), hi = __reduce_max_sync(0xffffffffu, top);
+  {
+    int c = 0;
+    if (in_regs) {
+#pragma unroll
+      for (int q = 0; q < kRaiseRegItems; ++q) c += hv[q] >= lo;
+    } else {
+      for (int i = 1 + lane; i < n; i += 32) c += unsigned(u.aux2[i]) >= lo;
+    }
+    if (__reduce_add_sync(0xffffffffu, c) < B) return tau;
+  }
+  while (lo < hi) {
+    unsigned t[kRaiseWays - 1];
+    int c[kRaiseWays - 1];
+#pragma unroll
+    for (int w = 0; w < kRaiseWays - 1; ++w) {  // lo < t[0] <= t[1] <= ... <= hi
+      t[w] = lo + unsigned((uint64_t(hi - lo) * (w + 1) + kRaiseWays - 1) / kRaiseWays);
+      c[w] = 0;
+    }
+    if (in_regs) {
+#pragma unroll
+      for (int q = 0; q < kRaiseRegItems; ++q)
+#pragma unroll
+        for (int w = 0; w < kRaiseWays - 1; ++w) c[w] += hv[q] >= t[w];
+    } else {
+      for (int i = 1 + lane; i < n; i += 32) {
+        const unsigned v = unsigned(u.aux2[i]);
+#pragma unroll
+        for (int w = 0; w < kRaiseWays - 1; ++w) c[w] += v >= t[w];
+      }
+    }
+    // The parts [lo, t[0]), [t[0], t[1]), ..., [t[W-2], hi]: the answer is in the last part whose start at
+    // least B items reach (the counts fall with w). Selected without indexing t[] (it stays in registers).
+    unsigned nlo = lo, nhi = hi;
+#pragma unroll
+    for (int w = kRaiseWays - 2; w >= 0; --w) {
+      if (__reduce_add_sync(0xffffffffu, c[w]) >= B && nlo == lo) {
+        nlo = t[w];
+        nhi = w + 1 < kRaiseWays - 1 ? t[w + 1] - 1 : hi;
+      }
+    }
+    if (nlo == lo) nhi = t[0] - 1;
+    lo = nlo;
+    hi = nhi;
+  }
+  const unsigned p = lo;
+#endif
+  const uint64_t raised = uint64_t(p) << 44;
   return raised > tau ? raised : tau;
 }
 
@@ -677,6 +742,66 @@ __device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t 
   for (int x = 0; x < 3; ++x) idx[x] = idx[x] >= n ? kept : out[x];
   return kept;
 }
+
+#ifndef KDTR_TB_COMPACT
+#define KDTR_TB_COMPACT 1
+#endif
+#if KDTR_TB_COMPACT == 2
+// The same compaction in two passes. First each node's new index (aux2 = j kept, ~j dropped, j = the nodes kept
+// before it: a ballot a chunk, no data moved) with every first-child link cleared; then the moves, each chunk
+// reading its nodes and their parents' new indices, then writing them down (a chunk's targets lie below the next
+// chunk's sources, so only the lanes of one chunk need a warp sync between their reads and writes), each kept
+// rank-0 child re-linking its parent.
+__device__ __forceinline__ int warp_compact2(const SelectSet& u, int n, uint64_t tau, int* idx, int lane) {
+  const int nw = u.nwords;
+  int kept = 0;
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    const bool keep = i < n && (i == 0 || order_key(u.score[i]) >= tau);
+    const unsigned mask = __ballot_sync(0xffffffffu, keep);
+    const int j = kept + __popc(mask & ((1u << lane) - 1u));
+    if (i < n) {
+      u.aux2[i] = keep ? j : ~j;
+      u.first[i] = -1;
+    }
+    kept += __popc(mask);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int x = 0; x < 3; ++x) idx[x] = idx[x] >= n ? kept : (u.aux2[idx[x]] >= 0 ? u.aux2[idx[x]] : ~u.aux2[idx[x]]);
+  for (int base = 0; base < n; base += 32) {
+    const int i = base + lane;
+    const int j = i < n ? u.aux2[i] : -1;
+    int m = 0, dw = 0, np = kMetaDropped;
+    double sc = 0.0;
+    uint64_t wd[kMaxRankWords];
+    if (j >= 0) {
+      sc = u.score[i];
+      m = u.meta[i];
+      dw = u.aux[i];
+#pragma unroll
+      for (int w = 0; w < kMaxRankWords; ++w) wd[w] = w < nw ? u.words[size_t(i) * nw + w] : 0ull;
+      const int p = sel_parent(m);
+      np = i == 0 ? 0 : (p == kMetaDropped || u.aux2[p] < 0) ? kMetaDropped : u.aux2[p];
+    }
+    __syncwarp();
+    if (j >= 0) {
+      u.score[j] = sc;
+      u.meta[j] = (m & ~kMetaDropped) | np;
+      u.aux[j] = dw;
+#pragma unroll
+      for (int w = 0; w < kMaxRankWords; ++w)
+        if (w < nw) u.words[size_t(j) * nw + w] = wd[w];
+      if (i > 0 && sel_rank(m) == 0 && np != kMetaDropped) u.first[np] = j;
+    }
+  }
+  __syncwarp();
+  return kept;
+}
+#define KDTR_TB_COMPACT_FN warp_compact2
+#else
+#define KDTR_TB_COMPACT_FN warp_compact
+#endif
 
 // Write child r of U[p] (depth d + 1) to U[idx]: score by the reference's recursion (the chain shortcut for
 // r >= 1), meta, words, dominator count. Returns whether the shortcut is not the chain's value here.
@@ -773,7 +898,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
         if (raised > tau) {
           tau = raised;
           int idx[3] = {cur, end, pb};
-          n = warp_compact(u, n, tau, idx, lane);
+          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);
           cur = idx[0]; end = idx[1]; pb = idx[2];
         } else if (parts && took == 0) {
           return kOverflow;  // no room for the next parent's children, and tau cannot rise
@@ -787,7 +912,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
     __syncwarp();
     if (raised > tau) {
       int idx[3] = {n, n, n};
-      n = warp_compact(u, n, raised, idx, lane);
+      n = KDTR_TB_COMPACT_FN(u, n, raised, idx, lane);
     }
   }
   *n_out = n;
@@ -810,8 +935,11 @@ extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long
 
 // The select path holds more live state than the replay: ptxas's default register target for the select
 // variant spilled (64 registers on sm_90); one CTA per SM at least lets it take what it needs.
+#ifndef KDTR_TB_MIN_BLOCKS
+#define KDTR_TB_MIN_BLOCKS 1
+#endif
 #if KDTR_TB_SELECT
-#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK, 1)
+#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK, KDTR_TB_MIN_BLOCKS)
 #else
 #define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK)
 #endif

@@ -73,16 +73,16 @@ PROFILE = (
 )
 
 
-# clock64() marks in select_warp (request 0): cycles summed into a device global by lane 0 of warp 0, written to
-# positions[0, :10] = [generation, ranking + checks, whole kernel, nodes, children counted and written, passes
-# over a level's parents, tau raises, compactions, levels, replayed].
-_ACC = "if (blockIdx.x == 0 && lane == 0) kdtr_prof"
+# clock64() marks in select_warp, every request: cycles summed into block-local shared accumulators by lane 0 of
+# warp 0, written to positions[b, :10] = [generation, ranking + checks, whole kernel, nodes, children counted and
+# written, passes over a level's parents, tau raises, compactions, levels, replayed].
+_ACC = "if (lane == 0) kdtr_prof"
 PROFILE_SELECT = (
-    ('#include "tree_build.cuh"\n', '#include "tree_build.cuh"\n__device__ long long kdtr_prof[6];\n'),
+    ('#include "tree_build.cuh"\n', '#include "tree_build.cuh"\n__shared__ long long kdtr_prof[6];\n'),
     (
         "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
         "  const long long prof_t0 = clock64();\n  long long prof_gen = 0, prof_fin = 0;\n"
-        "  if (b == 0 && threadIdx.x == 0) for (int k = 0; k < 6; ++k) kdtr_prof[k] = 0;\n"
+        "  if (threadIdx.x == 0) for (int k = 0; k < 6; ++k) kdtr_prof[k] = 0;\n"
         "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
     ),
     (
@@ -100,8 +100,8 @@ PROFILE_SELECT = (
         f"        __syncwarp();\n        {_ACC}[2] += clock64() - pq;\n        if (raised",
     ),
     (
-        "          n = warp_compact(u, n, tau, idx, lane);\n",
-        "          pq = clock64();\n          n = warp_compact(u, n, tau, idx, lane);\n"
+        "          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);\n",
+        "          pq = clock64();\n          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);\n"
         f"          {_ACC}[3] += clock64() - pq;\n",
     ),
     ("    pb = end;\n  }\n", f"    pb = end;\n    {_ACC}[4] += 1;\n  }}\n"),
@@ -112,19 +112,21 @@ PROFILE_SELECT = (
     ("    replay = st == kOverflow ||", "    prof_fin = clock64() - prof_t0;\n    replay = st == kOverflow ||"),
     (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
-        "  __syncthreads();\n  if (tid == 0 && b == 0) {\n"
-        "    positions[0] = int(prof_gen);\n    positions[1] = int(prof_fin - prof_gen);\n"
-        "    positions[2] = int(clock64() - prof_t0);\n    positions[3] = n;\n"
-        "    for (int k = 0; k < 5; ++k) positions[4 + k] = int(kdtr_prof[k]);\n"
-        "    positions[9] = replay ? 1 : 0;\n  }\n"
+        "  __syncthreads();\n  if (tid == 0) {\n    int* pr = positions + size_t(b) * D;\n"
+        "    pr[0] = int(prof_gen);\n    pr[1] = int(prof_fin - prof_gen);\n"
+        "    pr[2] = int(clock64() - prof_t0);\n    pr[3] = n;\n"
+        "    for (int k = 0; k < 5; ++k) pr[4 + k] = int(kdtr_prof[k]);\n"
+        "    pr[9] = replay ? 1 : 0;\n  }\n"
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
     ),
 )
+SELECT_MARKS = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
+SELECT_MARKS += ("replayed",)
 
 
-def profile(cells):
-    """Cycle breakdown of the lane-cached pop loops and of select_warp's phases (request 0) on the benchmark's
-    and the peaked inputs."""
+def profile(cells, select_designs=("select_warp",)):
+    """Cycle breakdown of the lane-cached pop loops (request 0) and of select designs' phases (request 0, and
+    for bs > 1 the spread over every request) on the benchmark's and the peaked inputs."""
     lane = dataclasses.replace(designs()["lane_cached"], variant="lane_cached_profile", patches=PROFILE)
     names = ("before pops", "winner", "record+scores", "insert", "rescan+sync", "pops total", "kernel")
     for bs, B in cells:
@@ -133,22 +135,38 @@ def profile(cells):
         per = {k: int(v) for k, v in zip(names, pos[:7])}
         row = {"design": lane.variant, "bs": bs, "B": B, "nodes": int(pos[7]), "cycles": per}
         print(json.dumps({**row, "per_pop": {k: round(per[k] / pops, 1) for k in names[1:5]}}), flush=True)
-    warp = dataclasses.replace(designs()["select_warp"], variant="select_warp_profile", patches=PROFILE_SELECT)
-    names = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
-    names += ("replayed",)
-    for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
-        for bs, B in cells:
-            pos = _profiled_positions(warp, make(bs, B), len(names))
-            row = {"design": warp.variant, "inputs": kind, "bs": bs, "B": B, **dict(zip(names, map(int, pos)))}
-            print(json.dumps(row), flush=True)
+    for name in select_designs:
+        warp = dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE_SELECT)
+        for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
+            for bs, B in cells:
+                pos = _profiled_positions(warp, make(bs, B), len(SELECT_MARKS), every_request=True)
+                row = {"design": name, "inputs": kind, "bs": bs, "B": B}
+                print(json.dumps({**row, **dict(zip(SELECT_MARKS, map(int, pos[0])))}), flush=True)
+                if bs > 1:  # the spread over the requests: a launch is as slow as its slowest request
+                    q = np.percentile(pos, [0, 50, 90, 100], axis=0).astype(np.int64)
+                    spread = {k: q[:, j].tolist() for j, k in enumerate(SELECT_MARKS)}
+                    slow = int(np.argmax(pos[:, 2]))
+                    print(
+                        json.dumps(
+                            {
+                                **row,
+                                "min/median/p90/max": spread,
+                                "slowest": slow,
+                                "slowest_marks": dict(zip(SELECT_MARKS, map(int, pos[slow]))),
+                            }
+                        ),
+                        flush=True,
+                    )
 
 
-def _profiled_positions(spec, args, n):
-    """Request 0's first n `positions` words after a second launch of a profile build (the first warms up)."""
+def _profiled_positions(spec, args, n, every_request=False):
+    """Request 0's (or every request's) first n `positions` words after a second launch of a profile build (the
+    first warms up)."""
     p = tree_build_ops.prepare(spec, *args)
     p.launch()
     p.launch()
-    return np.asarray(p.finish().positions)[0, :n].astype(np.int64)
+    pos = np.asarray(p.finish().positions)[:, :n].astype(np.int64)
+    return pos if every_request else pos[0]
 
 
 def designs() -> dict[str, specs.KernelSpec]:
@@ -172,6 +190,37 @@ def designs() -> dict[str, specs.KernelSpec]:
     out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
     out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
     out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", KDTR_TB_SELECT_MIN_B="128")
+    # occupancy: ptxas's register target (min CTAs per SM: 256 threads x 95 registers allow 2 CTAs an SM), block
+    # size, candidate capacity; and the cheaper raise (an 8-way range search) and two-pass compaction
+    out["select_warp_mb3"] = warp.with_defines("select_warp_mb3", KDTR_TB_MIN_BLOCKS="3")
+    out["select_warp_mb4"] = warp.with_defines("select_warp_mb4", KDTR_TB_MIN_BLOCKS="4")
+    w128 = dataclasses.replace(warp, block=128)
+    out["select_warp_b128_mb6"] = w128.with_defines("select_warp_b128_mb6", KDTR_TB_MIN_BLOCKS="6")
+    out["select_warp_b128_mb8"] = w128.with_defines("select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8")
+    out["select_warp_b128_mb8_cap4"] = w128.with_defines(
+        "select_warp_b128_mb8_cap4", KDTR_TB_MIN_BLOCKS="8", KDTR_TB_SELECT="1"
+    )
+    out["select_warp_mb4_cap4"] = warp.with_defines("select_warp_mb4_cap4", KDTR_TB_MIN_BLOCKS="4", KDTR_TB_SELECT="1")
+    out["select_warp_raise8"] = warp.with_defines("select_warp_raise8", KDTR_TB_RAISE_WAYS="8")
+    out["select_warp_raise4"] = warp.with_defines("select_warp_raise4", KDTR_TB_RAISE_WAYS="4")
+    out["select_warp_compact2"] = warp.with_defines("select_warp_compact2", KDTR_TB_COMPACT="2")
+    out["select_warp_new"] = warp.with_defines(
+        "select_warp_new", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="4", KDTR_TB_SELECT="1"
+    )
+    out["select_warp_new_r8"] = warp.with_defines(
+        "select_warp_new_r8",
+        KDTR_TB_RAISE_WAYS="8",
+        KDTR_TB_COMPACT="2",
+        KDTR_TB_MIN_BLOCKS="4",
+        KDTR_TB_SELECT="1",
+        KDTR_TB_RAISE_REGS="8",
+    )
+    out["select_warp_new_mb2"] = warp.with_defines(
+        "select_warp_new_mb2", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="2", KDTR_TB_SELECT="1"
+    )
+    out["select_warp_new_b128"] = w128.with_defines(
+        "select_warp_new_b128", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="8", KDTR_TB_SELECT="1"
+    )
     return out
 
 
@@ -294,13 +343,18 @@ def main(argv=None):
         help="comma list of designs() names to time",
     )
     ap.add_argument("--variants", default="select_warp,select_verify", help="fallbacks: the select variants")
+    ap.add_argument("--budgets", default="16,64,256,1024", help="time: the budgets B of the grid")
+    ap.add_argument("--cells", default="1x16,1x64,1x256,1x1024", help="profile: bs x B cells")
+    ap.add_argument("--profile-designs", default="select_warp", help="profile: the select designs")
     a = ap.parse_args(argv)
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
-    grid = [(bs, B) for B in (16, 64, 256, 1024) for bs in (1, 4, 16, 64, 256, 1024)]
+    budgets = [int(x) for x in a.budgets.split(",")]
+    grid = [(bs, B) for B in budgets for bs in (1, 4, 16, 64, 256, 1024)]
     if a.quick:
         grid = [(1, 16), (1, 64), (64, 64), (256, 64), (1, 256), (1, 1024)]
     if a.what == "profile":
-        profile([(1, 16), (1, 64), (1, 256), (1, 1024)])
+        cells = [tuple(int(x) for x in c.split("x")) for c in a.cells.split(",")]
+        profile(cells, a.profile_designs.split(","))
         return
     if a.what == "fallbacks":
         for v in a.variants.split(","):  # one file per variant: F.json -> F-VARIANT.json
