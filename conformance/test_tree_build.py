@@ -469,7 +469,7 @@ def _chain_shortcut_misses(lp, ranks, depths, parents, scores) -> int:
     return misses
 
 
-SELECT_VARIANTS = ("select_verify", "select_warp")
+SELECT_VARIANTS = ("select_verify", "select_warp", "select_race")
 
 
 def _select_reporting_fallbacks(variant):

@@ -61,13 +61,24 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;"),
     "k_tb_warp_tau_overshoots": (  # tau raised where only B/2 nodes reach it: the selection misses nodes of S
         "tree_build",
-        "if (__reduce_add_sync(0xffffffffu, c) >= B) p = trial;",
-        "if (__reduce_add_sync(0xffffffffu, c) >= B / 2) p = trial;",
+        "if (__reduce_add_sync(0xffffffffu, c[w]) >= B && nlo == lo) {",
+        "if (__reduce_add_sync(0xffffffffu, c[w]) >= B / 2 && nlo == lo) {",
     ),
     "k_tb_warp_compaction_keeps_old_parent": (
         "tree_build",
-        "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.first[j] = -1;\n",  # warp_compact's (unique)
-        "      u.meta[j] = m;\n      u.first[j] = -1;\n",
+        "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.aux[j] = dw;\n",  # warp_compact's (unique)
+        "      u.meta[j] = m;\n      u.aux[j] = dw;\n",
+    ),
+    # tree_build:select_race (KDTR_TB_RACE = 1): the winner's nodes, and only a checked selection may win
+    "k_tb_race_reads_loser": (
+        "tree_build",
+        "const BuiltNodes built = selection_won ? selected : replayed;",
+        "const BuiltNodes built = selection_won ? replayed : selected;",
+    ),
+    "k_tb_race_unchecked_win": (
+        "tree_build",
+        "if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);",
+        "if (g.tid == 0 && st != kOverflow) atomicCAS(&s_race, kUndecided, kSelectWon);",
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (

@@ -69,7 +69,7 @@ def _library() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(path))
     i64p = ctypes.POINTER(ctypes.c_longlong)
     lib.kdtr_tree_build_geometry.restype = None
-    lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, i64p]
+    lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
     lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
     lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
@@ -83,12 +83,12 @@ def _library() -> ctypes.CDLL:
 
 @functools.cache
 def tree_build(
-    B: int, L: int, K_in: int, smem_limit: int, stage_policy: int, select_policy: int = 0
+    B: int, L: int, K_in: int, smem_limit: int, stage_policy: int, select_policy: int = 0, race: int = 0
 ) -> tuple[int, int, int]:
     """(dynamic shared memory bytes, lp_in_smem, select_cap) of tree_build for a variant's policies
-    (KDTR_TB_STAGE_LP, KDTR_TB_SELECT)."""
+    (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
     out = (ctypes.c_longlong * 3)()
-    _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, out)
+    _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2])
 
 

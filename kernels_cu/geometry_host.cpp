@@ -7,13 +7,13 @@
 
 extern "C" {
 // tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity,
-// for the variant's policies (KDTR_TB_STAGE_LP, KDTR_TB_SELECT) and the device's per-block limit.
+// for the variant's policies (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE) and the device's per-block limit.
 void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, int select_policy,
-                              long long* out) {
+                              int race, long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage);
-  out[0] = tree_build_smem(B, L, K, stage, cap).total;
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage, race != 0);
+  out[0] = tree_build_smem(B, L, K, stage, cap, race != 0).total;
   out[1] = stage ? 1 : 0;
   out[2] = cap;
 }

@@ -36,6 +36,17 @@
 // harness's fallback mutant sets 0: it keeps an unverified selection.
 #define KDTR_TB_FALLBACK 1
 #endif
+#ifndef KDTR_TB_RACE
+// 1: the selection (warp 0 generating, then every warp but warp 1 ranking and checking) and the lane-cached
+// replay (warp 1) run at once, each in its own shared memory, and the first to finish with the heap's tree wins
+// (both are exact: the replay by construction, the selection once checked); the loser stops at its next level
+// or pop. Only in a build that replays on failure (KDTR_TB_FALLBACK 1): the measuring and mutant builds keep the
+// layout but run the selection first and the replay after it, so that what they report is the selection's.
+#define KDTR_TB_RACE 0
+#endif
+#define KDTR_TB_RACING (KDTR_TB_RACE && KDTR_TB_FALLBACK == 1)
+static_assert(!KDTR_TB_RACE || (KDTR_TB_SELECT && KDTR_TB_WARPGEN && KDTR_TB_POP == 1 && KDTR_BLOCK >= 128),
+              "a race needs the warp build's selection, the lane-cached replay and warps besides those two");
 
 namespace {
 
@@ -285,29 +296,50 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
 
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
+// A race's outcome (KDTR_TB_RACE): undecided, or which build finished first.
+enum RaceState { kUndecided = 0, kSelectWon = 1, kReplayWon = 2 };
 
-// Steps (2) and (3) of the select-then-verify build, on the whole block, for any candidate set U[0, n) (U[0] the
+// The threads that finish a selection (rank, check, write S): the whole block, or in a race every warp but the
+// replay's (warp 1), synchronised by the named barrier 1 so that the racing warp never has to join.
+struct SelectGroup {
+  int tid, size;
+  bool race;
+  __device__ __forceinline__ void sync() const {
+    if (race) asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
+    else __syncthreads();
+  }
+};
+
+// Where a build writes its nodes in pop order, for the layouts (D of each; index 0 is the root).
+struct BuiltNodes {
+  double* score;
+  int *parent, *depth, *rank, *first, *next;
+};
+
+// Steps (2) and (3) of the select-then-verify build, on the threads of g, for any candidate set U[0, n) (U[0] the
 // root; siblings adjacent and in rank order; `first` and the meta's parent in U): rank U in the heap's total
-// order, take the first B as S, check (a)-(c), and on success write S in pop order to s_* and 1 + |S| to *count.
-// `chain_failed` (block-uniform): a sibling chain of U was not stable, so the selection is not trusted. lp has
-// row stride ls. Returns kSelected, or kUnverified (s_* untouched unless KDTR_TB_FALLBACK is 0).
+// order, take the first B as S, check (a)-(c), and on success write S in pop order to o and 1 + |S| to *count.
+// `chain_failed` (uniform over g): a sibling chain of U was not stable, so the selection is not trusted. lp has
+// row stride ls. Returns kSelected, or kUnverified (o untouched unless KDTR_TB_FALLBACK is 0).
 __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chain_failed, const float* lp, int ls,
-                                             int L, int K, int B, double* s_score, int* s_parent, int* s_depth,
-                                             int* s_rank, int* s_first, int* s_next, int* count) {
+                                             int L, int K, int B, const BuiltNodes& o, int* count,
+                                             const SelectGroup g) {
   __shared__ int sh_fail, sh_last;
-  const int tid = threadIdx.x, nw = u.nwords;
+  const int tid = g.tid, nw = u.nwords;
+  double* s_score = o.score;
+  int *s_parent = o.parent, *s_depth = o.depth, *s_rank = o.rank, *s_first = o.first, *s_next = o.next;
   if (tid == 0) sh_fail = chain_failed;
-  __syncthreads();
+  g.sync();
   // (2) the heap rank of each candidate; S = the first min(|U| - 1, B). A bitonic sort of the indices of U[1, n)
   // in aux2 (any length: a compare whose partner is past the end is skipped, the "mirror" form of each merge
   // keeps that exact), then aux = the rank.
   const int ns = n - 1 < B ? n - 1 : B;
   const int nc = n - 1;  // candidates to sort: U[1, n)
-  for (int t = tid; t < nc; t += KDTR_BLOCK) u.aux2[t] = t + 1;
-  __syncthreads();
+  for (int t = tid; t < nc; t += g.size) u.aux2[t] = t + 1;
+  g.sync();
   for (int k = 2; k / 2 < nc; k <<= 1) {
     for (int j = k / 2; j > 0; j >>= 1) {
-      for (int t = tid; t < nc; t += KDTR_BLOCK) {
+      for (int t = tid; t < nc; t += g.size) {
         const int off = t & (k - 1);
         int p = -1;
         if (j == k / 2 && off < j) p = (t & ~(k - 1)) + k - 1 - off;  // mirror: the merge's first step
@@ -319,18 +351,18 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
           u.aux2[p] = a;
         }
       }
-      __syncthreads();
+      g.sync();
     }
   }
-  for (int t = tid; t < nc; t += KDTR_BLOCK) {
+  for (int t = tid; t < nc; t += g.size) {
     u.aux[u.aux2[t]] = t;
     if (t == ns - 1) sh_last = u.aux2[t];
   }
   if (tid == 0 && ns == 0 && double(lp[0]) != -CUDART_INF) sh_fail = 1;  // (0) is finite and not selected
-  __syncthreads();
+  g.sync();
   // (3) the checks (a), (b), (c), node by node
   const int last = ns > 0 ? sh_last : 0;
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+  for (int i = 1 + tid; i < n; i += g.size) {
     if (u.aux[i] >= ns) continue;
     const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m), d = sel_depth(m);
     const double sc = u.score[i];
@@ -383,11 +415,11 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
     }
     if (!ok) sh_fail = 1;
   }
-  __syncthreads();
+  g.sync();
   const int status = sh_fail ? kUnverified : kSelected;
   if (status != kSelected && KDTR_TB_FALLBACK != 0) return status;
   // S in pop order. (Only the fallback mutant gets here unverified: the guards keep its writes in bounds.)
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+  for (int i = 1 + tid; i < n; i += g.size) {
     const int o = u.aux[i] + 1;
     if (o > ns) continue;
     const int m = u.meta[i], p = sel_parent(m), r = sel_rank(m);
@@ -525,8 +557,8 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, s_score, s_parent, s_depth, s_rank, s_first, s_next,
-                       count);
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, BuiltNodes{s_score, s_parent, s_depth, s_rank, s_first, s_next},
+                       count, SelectGroup{tid, KDTR_BLOCK, false});
 }
 
 // ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
@@ -585,14 +617,15 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 
 // The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
 // than B do. The items' 20-bit prefixes v = key >> 44 (0 below tau) sit in registers up to 32 * kRaiseRegItems
-// of them, beyond that in aux2. KDTR_TB_RAISE_WAYS = 2: a bit a step, MSB first, each step a warp sum of the
-// lanes' counts against the trial prefix; W > 2: the answer is searched in [tau's prefix, the highest prefix],
-// the range cut in W parts a step (W - 1 warp sums), so a step reads the items once for log2(W) bits.
+// of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
+// W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
+// log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
+// registers but twice as much once the items are read from shared memory (kernels_cu/PERF_NOTES.md).
 #ifndef KDTR_TB_RAISE_REGS
 #define KDTR_TB_RAISE_REGS 16
 #endif
 #ifndef KDTR_TB_RAISE_WAYS
-#define KDTR_TB_RAISE_WAYS 2
+#define KDTR_TB_RAISE_WAYS 8
 #endif
 constexpr int kRaiseRegItems = KDTR_TB_RAISE_REGS;
 constexpr int kRaiseWays = KDTR_TB_RAISE_WAYS;
@@ -620,24 +653,8 @@ __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, ui
       top = v > top ? v : top;
     }
   }
-  // each lane reads back only its own items: no warp sync needed
-#if KDTR_TB_RAISE_WAYS == 2
-  (void)top;
-  unsigned p = 0;
-  for (int bit = 19; bit >= 0; --bit) {
-    const unsigned trial = p | (1u << bit);
-    int c = 0;
-    if (in_regs) {
-#pragma unroll
-      for (int q = 0; q < kRaiseRegItems; ++q) c += hv[q] >= trial;
-    } else {
-#pragma unroll 4
-      for (int i = 1 + lane; i < n; i += 32) c += unsigned(u.aux2[i]) >= trial;
-    }
-    if (__reduce_add_sync(0xffffffffu, c) >= B) p = trial;
-  }
-#else
-  // Invariant: at least B items reach lo (checked first), fewer than B reach hi + 1 (none do).
+  // Each lane reads back only its own items (no warp sync needed). Invariant: at least B items reach lo
+  // (checked first), fewer than B reach hi + 1 (none do).
   unsigned lo = unsigned(tau >> 44), hi = __reduce_max_sync(0xffffffffu, top);
   {
     int c = 0;
@@ -683,76 +700,18 @@ __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, ui
     lo = nlo;
     hi = nhi;
   }
-  const unsigned p = lo;
-#endif
-  const uint64_t raised = uint64_t(p) << 44;
+  const uint64_t raised = uint64_t(lo) << 44;
   return raised > tau ? raised : tau;
 }
 
-// Drop the nodes of U[1, n) below tau, keeping the order, in one pass of 32-node chunks (a node's new index is
-// known once the chunks before it are done, and parents come before their children); parents follow their
-// nodes (a dropped parent reads kMetaDropped, which check (a) rejects) and each kept rank-0 child re-links its
-// parent's first child. idx[0..2] are U indices (or n) that come back as the index of the first kept node at or
-// after them. Returns the new n.
+// Drop the nodes of U[1, n) below tau, keeping the order, in two passes of 32-node chunks. First each node's new
+// index (aux2 = j kept, ~j dropped, j = the nodes kept before it: a ballot a chunk, no data moved) with every
+// first-child link cleared; then the moves, each chunk reading its nodes and their parents' new indices (parents
+// come before their children), then writing them down (a chunk's targets lie below the next chunk's sources, so
+// only the lanes of one chunk need a warp sync between their reads and writes). A dropped parent reads
+// kMetaDropped, which check (a) rejects; each kept rank-0 child re-links its parent's first child. idx[0..2] are
+// U indices (or n) that come back as the index of the first kept node at or after them. Returns the new n.
 __device__ __forceinline__ int warp_compact(const SelectSet& u, int n, uint64_t tau, int* idx, int lane) {
-  const int nw = u.nwords;
-  int kept = 0;
-  int out[3] = {idx[0], idx[1], idx[2]};
-  for (int base = 0; base < n; base += 32) {
-    const int i = base + lane;
-    double sc = 0.0;
-    bool keep = false;
-    if (i < n) {
-      sc = u.score[i];
-      keep = i == 0 || order_key(sc) >= tau;
-    }
-    const unsigned mask = __ballot_sync(0xffffffffu, keep);
-    const int j = kept + __popc(mask & ((1u << lane) - 1u));
-#pragma unroll
-    for (int x = 0; x < 3; ++x)
-      if (idx[x] >= base && idx[x] < base + 32) out[x] = __shfl_sync(0xffffffffu, j, idx[x] - base);
-    int m = 0, dw = 0;
-    uint64_t wd[kMaxRankWords];
-    if (keep) {
-      m = u.meta[i];
-      dw = u.aux[i];
-#pragma unroll
-      for (int w = 0; w < kMaxRankWords; ++w) wd[w] = w < nw ? u.words[size_t(i) * nw + w] : 0ull;
-    }
-    if (i < n) u.aux2[i] = keep ? j : -1;
-    __syncwarp();  // the chunk is read (targets never pass sources) and its new indices are visible
-    int np = kMetaDropped;
-    if (keep) {
-      const int p = sel_parent(m);
-      np = i == 0 ? 0 : (p == kMetaDropped || u.aux2[p] < 0) ? kMetaDropped : u.aux2[p];
-      u.score[j] = sc;
-      u.meta[j] = (m & ~kMetaDropped) | np;
-      u.first[j] = -1;
-      u.aux[j] = dw;
-#pragma unroll
-      for (int w = 0; w < kMaxRankWords; ++w)
-        if (w < nw) u.words[size_t(j) * nw + w] = wd[w];
-    }
-    __syncwarp();
-    if (keep && i > 0 && sel_rank(m) == 0 && np != kMetaDropped) u.first[np] = j;
-    __syncwarp();
-    kept += __popc(mask);
-  }
-#pragma unroll
-  for (int x = 0; x < 3; ++x) idx[x] = idx[x] >= n ? kept : out[x];
-  return kept;
-}
-
-#ifndef KDTR_TB_COMPACT
-#define KDTR_TB_COMPACT 1
-#endif
-#if KDTR_TB_COMPACT == 2
-// The same compaction in two passes. First each node's new index (aux2 = j kept, ~j dropped, j = the nodes kept
-// before it: a ballot a chunk, no data moved) with every first-child link cleared; then the moves, each chunk
-// reading its nodes and their parents' new indices, then writing them down (a chunk's targets lie below the next
-// chunk's sources, so only the lanes of one chunk need a warp sync between their reads and writes), each kept
-// rank-0 child re-linking its parent.
-__device__ __forceinline__ int warp_compact2(const SelectSet& u, int n, uint64_t tau, int* idx, int lane) {
   const int nw = u.nwords;
   int kept = 0;
   for (int base = 0; base < n; base += 32) {
@@ -798,10 +757,6 @@ __device__ __forceinline__ int warp_compact2(const SelectSet& u, int n, uint64_t
   __syncwarp();
   return kept;
 }
-#define KDTR_TB_COMPACT_FN warp_compact2
-#else
-#define KDTR_TB_COMPACT_FN warp_compact
-#endif
 
 // Write child r of U[p] (depth d + 1) to U[idx]: score by the reference's recursion (the chain shortcut for
 // r >= 1), meta, words, dominator count. Returns whether the shortcut is not the chain's value here.
@@ -830,7 +785,7 @@ __device__ __forceinline__ bool warp_write_child(const SelectSet& u, int p, int 
 // Warp 0's generation of U (lp with row stride ls, staged or global). Returns kSelected with *n_out = |U| and
 // *chain_failed set where a sibling chain was not stable, or kOverflow.
 __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const float* lp, int ls, int L, int K,
-                                             int B, int* n_out, int* chain_failed) {
+                                             int B, int* n_out, int* chain_failed, const volatile int* race) {
   const int lane = threadIdx.x & 31, nw = u.nwords;
   if (lane == 0) {  // U[0] is the root: dom 0, wt 1
     u.score[0] = 0.0;
@@ -843,6 +798,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
   uint64_t tau = order_key(-1.7976931348623157e308);  // the lowest finite score: -inf is never selected
   int n = 1, pb = 0, fail = 0;
   for (int d = 0; d < L && pb < n; ++d) {
+    if (race != nullptr && __shfl_sync(0xffffffffu, *race, 0) == kReplayWon) return kOverflow;  // lost the race
     const float* row = lp + size_t(d) * ls;
     const double l0 = double(row[0]);
     int cur = pb, end = n;  // parents [cur, end) still to expand; their children go to U[n, ...)
@@ -898,7 +854,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
         if (raised > tau) {
           tau = raised;
           int idx[3] = {cur, end, pb};
-          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);
+          n = warp_compact(u, n, tau, idx, lane);
           cur = idx[0]; end = idx[1]; pb = idx[2];
         } else if (parts && took == 0) {
           return kOverflow;  // no room for the next parent's children, and tau cannot rise
@@ -912,7 +868,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
     __syncwarp();
     if (raised > tau) {
       int idx[3] = {n, n, n};
-      n = KDTR_TB_COMPACT_FN(u, n, raised, idx, lane);
+      n = warp_compact(u, n, raised, idx, lane);
     }
   }
   *n_out = n;
@@ -927,8 +883,8 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
 extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long smem_limit, long long* out) {
   const int K = B < K_in ? B : K_in;
   const bool stage = tree_build_stages_lp(B, L, K, smem_limit, KDTR_TB_STAGE_LP);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT, stage);
-  out[0] = tree_build_smem(B, L, K, stage, cap).total;
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT, stage, KDTR_TB_RACE != 0);
+  out[0] = tree_build_smem(B, L, K, stage, cap, KDTR_TB_RACE != 0).total;
   out[1] = stage ? 1 : 0;
   out[2] = cap;
 }
@@ -961,7 +917,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
   const int nwords = tree_build_rank_words(L);
-  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0, select_cap);
+  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0, select_cap, KDTR_TB_RACE != 0);
   Entry* frontier = reinterpret_cast<Entry*>(smem + lay.frontier);  // [D]
   uint64_t* words = reinterpret_cast<uint64_t*>(smem + lay.words);  // [D * nwords]
   double* s_score = reinterpret_cast<double*>(smem + lay.score);    // [D]
@@ -999,6 +955,8 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   }
   __syncthreads();
 
+  // the replay's nodes in pop order (the heap's pops, or a sequential selection's S)
+  const BuiltNodes replayed{s_score, s_parent, s_depth, s_rank, s_first, s_next};
 #if KDTR_TB_POP == 0
   // ---- the pops: warp 0 only ----------------------------------------------------------------------------
   if (tid < 32) {
@@ -1071,45 +1029,81 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   }
 #elif KDTR_TB_POP == 1
   bool replay = true;
+#if KDTR_TB_RACING
+  // The selection's own nodes, in its region ahead of U; the replay writes s_*, the layouts read the winner's.
+  __shared__ int s_race, s_count_sel;
+  const bool select_on = select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
+  double* r_score = reinterpret_cast<double*>(smem + lay.select);
+  int* r_parent = reinterpret_cast<int*>(r_score + D);
+  const BuiltNodes selected{r_score, r_parent, r_parent + D, r_parent + 2 * D, r_parent + 3 * D, r_parent + 4 * D};
+  if (select_on)
+    for (int i = tid; i < D; i += blockDim.x) {
+      selected.parent[i] = -1; selected.depth[i] = 0; selected.rank[i] = -1; selected.first[i] = -1;
+      selected.next[i] = -1; selected.score[i] = i == 0 ? 0.0 : -CUDART_INF;
+    }
+  if (tid == 0) { s_race = kUndecided; s_count_sel = 0; }
+  __syncthreads();
+#endif
 #if KDTR_TB_SELECT
 #if KDTR_TB_FALLBACK == 2
   __shared__ int s_select_status;
 #endif
   if (select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0) {
     const int nw = nwords;
-    double* u_score = reinterpret_cast<double*>(smem);
+    // U: at the start of shared memory (over the replay's frontier, which a replay after it rewrites), or in a
+    // race's layout in the selection's region after its nodes
+    unsigned char* u_base = smem + lay.select + (KDTR_TB_RACE ? tree_build_race_out_bytes(B) : 0);
+    double* u_score = reinterpret_cast<double*>(u_base);
     uint64_t* u_words = reinterpret_cast<uint64_t*>(u_score + select_cap);
     int* u_meta = reinterpret_cast<int*>(u_words + size_t(select_cap) * nw);
     const SelectSet u{u_score, u_words, u_meta, u_meta + select_cap, u_meta + 2 * select_cap,
                       u_meta + 3 * select_cap, nw};
 #if KDTR_TB_WARPGEN
     __shared__ int s_gen[3];  // warp 0's outcome, |U|, chain failed
+#if KDTR_TB_RACING
+    if ((tid >> 5) != 1) {  // warp 1 runs the replay below meanwhile; no block barrier until both are done
+      const SelectGroup g{tid < 32 ? tid : tid - 32, KDTR_BLOCK - 32, true};
+      if (tid < 32) {
+        int n_u = 0, chain_failed = 0;
+        const int st = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed, &s_race);
+        if (tid == 0) { s_gen[0] = st; s_gen[1] = n_u; s_gen[2] = chain_failed; }
+      }
+      g.sync();
+      const int st = s_gen[0] != kSelected
+                         ? s_gen[0]
+                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &s_count_sel, g);
+      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);
+    }
+#else
     if (tid < 32) {
       int n_u = 0, chain_failed = 0;
-      const int g = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed);
+      const int g = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed, nullptr);
       if (tid == 0) { s_gen[0] = g; s_gen[1] = n_u; s_gen[2] = chain_failed; }
     }
     __syncthreads();
     const int st = s_gen[0] != kSelected ? s_gen[0]
-                                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, s_score,
-                                                         s_parent, s_depth, s_rank, s_first, s_next, &s_count);
+                                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, replayed,
+                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, false});
+#endif
 #else
     const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, s_score, s_parent, s_depth, s_rank, s_first,
                                 s_next, &s_count);
 #endif
+#if !KDTR_TB_RACING
     replay = st == kOverflow || (st == kUnverified && KDTR_TB_FALLBACK != 0);
 #if KDTR_TB_FALLBACK == 2
     if (tid == 0) s_select_status = st;
 #endif
     __syncthreads();  // U is dead from here on: the replay reuses its space
+#endif
   }
 #endif
-  // ---- the pops: warp 0 only, each lane caching the best of its own slots ---------------------------------
+  // ---- the pops: one warp (warp 0, or warp 1 in a race), each lane caching the best of its own slots -------
   // A pop is two warp max-reductions of the lanes' 64-bit keys, a ballot, and the broadcast of the winner's
   // entry; no lane scans the whole frontier. Only the popping lane rescans its own slots (at most
   // 1 + ceil(B/32)); the lane that receives the new first child compares it with its cached best.
-  if (replay && tid < 32) {
-    const int lane = tid;
+  if (replay && (tid >> 5) == (KDTR_TB_RACING ? 1 : 0)) {
+    const int lane = tid & 31;
     for (int x = lane; x < nwords; x += 32) words[x] = 0ull;  // the root's tuple (a failed selection used it)
     __syncwarp();
     double* f_score = reinterpret_cast<double*>(frontier);                      // [32 * slots]
@@ -1127,6 +1121,10 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       }
     }
     while (count < B) {
+#if KDTR_TB_RACING
+      // every 4th pop: has the selection won? (warp-uniform: lane 0's read)
+      if ((count & 3) == 0 && __shfl_sync(0xffffffffu, *(volatile int*)&s_race, 0) == kSelectWon) break;
+#endif
       const uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
       const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
       const unsigned mhi = __reduce_max_sync(0xffffffffu, hi);
@@ -1192,12 +1190,22 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       __syncwarp();
     }
     if (lane == 0) s_count = count + 1;
+#if KDTR_TB_RACING
+    if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);  // no-op when the selection won first
+#endif
   }
 #endif
   __syncthreads();
 
   // ---- outputs, all threads -----------------------------------------------------------------------------
+#if KDTR_TB_RACING
+  const bool selection_won = s_race == kSelectWon;
+  const BuiltNodes built = selection_won ? selected : replayed;
+  const int n = selection_won ? s_count_sel : s_count;
+#else
+  const BuiltNodes built = replayed;
   const int n = s_count;
+#endif
   const int root = root_tokens[b];
   const int P = prefix_lens[b];
   const size_t row0 = size_t(b) * D;
@@ -1209,15 +1217,15 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 #endif
   for (int i = tid; i < D; i += blockDim.x) {
     const bool real = i < n;
-    const int d = s_depth[i];
-    parents[row0 + i] = real ? s_parent[i] : -1;
+    const int d = built.depth[i];
+    parents[row0 + i] = real ? built.parent[i] : -1;
     depths[row0 + i] = d;
-    tokens[row0 + i] = (real && i > 0) ? ids[size_t(d - 1) * K_in + s_rank[i]] : root;
-    ranks[row0 + i] = s_rank[i];
-    scores[row0 + i] = s_score[i];
+    tokens[row0 + i] = (real && i > 0) ? ids[size_t(d - 1) * K_in + built.rank[i]] : root;
+    ranks[row0 + i] = built.rank[i];
+    scores[row0 + i] = built.score[i];
     positions[row0 + i] = P + d;
-    first_child[row0 + i] = s_first[i];
-    next_sibling[row0 + i] = s_next[i];
+    first_child[row0 + i] = built.first[i];
+    next_sibling[row0 + i] = built.next[i];
     // Row i word by word from the top down, in one walk up the ancestor chain (indices only decrease):
     // stores only, since a read-modify-write of global memory per ancestor waits a round trip each time.
     // Real rows see themselves and their ancestors; pads the root and themselves only.
@@ -1232,7 +1240,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       }
       acc |= 1u << (j & 31);
       if (j == 0) break;
-      j = real ? s_parent[j] : 0;
+      j = real ? built.parent[j] : 0;
     }
     vrow[0] = acc;
   }

@@ -28,21 +28,31 @@ constexpr int kTreeBuildSelectMaxCap = 8190;
 
 // Byte offsets of the arrays in dynamic shared memory (16-byte entries first, then 8-byte, then 4-byte
 // arrays: every array stays aligned), and the total. `select_cap` candidates of the select-then-verify
-// build share the first region (frontier + words) with the replay; 0 when the variant does not select.
+// build share the first region (frontier + words) with the replay; 0 when the variant does not select. When
+// the replay races the selection (KDTR_TB_RACE = 1) the two run at once, so the selection gets its own region
+// after the replay's: its nodes in pop order (tree_build_race_out_bytes), then the candidates.
 struct TreeBuildSmem {
-  long long frontier, words, score, parent, depth, rank, first, next, last, lp, total;
+  long long frontier, words, select, score, parent, depth, rank, first, next, last, lp, total;
 };
 
 KDTR_HD constexpr long long tree_build_max(long long a, long long b) { return a > b ? a : b; }
 
-KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp, int select_cap = 0) {
+// The selection's own copy of the arrays the outputs are written from (score, then parent, depth, rank, first
+// child, next sibling), D of each, rounded up to 16 bytes.
+KDTR_HD constexpr long long tree_build_race_out_bytes(int B) { return ((B + 1) * 28LL + 15) / 16 * 16; }
+
+KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_lp, int select_cap = 0,
+                                                bool race = false) {
   const long long D = B + 1;
   TreeBuildSmem s{};
   const long long F = 32LL * tree_build_lane_slots(B);  // frontier slots (>= D)
   s.frontier = 0;                                       // [F] slots of 16 bytes (Entry, or score + meta)
   s.words = s.frontier + F * 16;                        // uint64 [D * rank words]
   const long long replay_end = s.words + D * tree_build_rank_words(L) * 8;
-  s.score = tree_build_max(replay_end, select_cap * tree_build_select_node_bytes(L));  // double [D]
+  const long long candidates = select_cap * tree_build_select_node_bytes(L);
+  s.select = race ? replay_end : 0;  // the race's outputs of the selection, then U; U alone at 0 otherwise
+  s.score = race ? replay_end + (select_cap > 0 ? tree_build_race_out_bytes(B) + candidates : 0)
+                 : tree_build_max(replay_end, candidates);  // double [D]
   s.parent = s.score + D * 8;                           // int [D] each below
   s.depth = s.parent + D * 4;
   s.rank = s.depth + D * 4;
@@ -65,11 +75,13 @@ KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_
 
 // Candidates the select-then-verify build holds (KDTR_TB_SELECT = m >= 1; 0 = the variant never selects): about
 // 4mB + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
-// device's per-block shared memory (less 1 KB for the kernel's static shared variables, and the staged
-// log-probs when `stage`) holds fewer; 0, the replay alone, when fewer than B + 2 fit.
+// device's per-block shared memory (less 1 KB for the kernel's static shared variables, the staged log-probs
+// when `stage`, and the replay's region and the selection's outputs when `race`) holds fewer; 0, the replay
+// alone, when fewer than B + 2 fit.
 KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy,
-                                            bool stage) {
-  const long long fixed = tree_build_smem(B, L, K, stage).total - tree_build_smem(B, L, K, stage).score;
+                                            bool stage, bool race = false) {
+  const TreeBuildSmem none = tree_build_smem(B, L, K, stage);
+  const long long fixed = none.total - none.score + (race ? none.score + tree_build_race_out_bytes(B) : 0);
   const long long room = smem_limit - 1024 - fixed;
   const long long fit = room > 0 ? room / tree_build_select_node_bytes(L) : 0;
   long long cap = 4LL * select_policy * B + 64 + 1;

@@ -91,10 +91,10 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     return Deferred(st, launch, collect, check_flag)
 
 
-def policies(spec: KernelSpec) -> tuple[int, int]:
-    """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT)."""
+def policies(spec: KernelSpec) -> tuple[int, int, int]:
+    """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
     d = spec.all_defines()
-    return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"])
+    return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
 def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):

@@ -40,9 +40,9 @@ PROFILE = (
         "  long long prof[6] = {0, 0, 0, 0, 0, 0};\n  // Every log-prob",
     ),
     (
-        "    while (count < B) {\n      const uint64_t key = bj",
+        "    while (count < B) {\n#if KDTR_TB_RACING",
         "    prof[0] = clock64() - prof_t0;\n    while (count < B) {\n      const long long pc0 = clock64();\n"
-        "      const uint64_t key = bj",
+        "#if KDTR_TB_RACING",
     ),
     (
         "      const Entry e = unpack(es, em);\n",
@@ -100,14 +100,14 @@ PROFILE_SELECT = (
         f"        __syncwarp();\n        {_ACC}[2] += clock64() - pq;\n        if (raised",
     ),
     (
-        "          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);\n",
-        "          pq = clock64();\n          n = KDTR_TB_COMPACT_FN(u, n, tau, idx, lane);\n"
+        "          n = warp_compact(u, n, tau, idx, lane);\n",
+        "          pq = clock64();\n          n = warp_compact(u, n, tau, idx, lane);\n"
         f"          {_ACC}[3] += clock64() - pq;\n",
     ),
     ("    pb = end;\n  }\n", f"    pb = end;\n    {_ACC}[4] += 1;\n  }}\n"),
     (
-        "    const int st = s_gen[0] != kSelected",
-        "    prof_gen = clock64() - prof_t0;\n    const int st = s_gen[0] != kSelected",
+        "    const int st = s_gen[0] != kSelected ? s_gen[0]",
+        "    prof_gen = clock64() - prof_t0;\n    const int st = s_gen[0] != kSelected ? s_gen[0]",
     ),
     ("    replay = st == kOverflow ||", "    prof_fin = clock64() - prof_t0;\n    replay = st == kOverflow ||"),
     (
@@ -185,41 +185,23 @@ def designs() -> dict[str, specs.KernelSpec]:
     warp = out["select_warp"]
     out["select_warp_block128"] = dataclasses.replace(warp, variant="select_warp_block128", block=128)
     out["select_warp_block512"] = dataclasses.replace(warp, variant="select_warp_block512", block=512)
-    out["select_warp_cap4"] = warp.with_defines("select_warp_cap4", KDTR_TB_SELECT="1")
+    out["select_warp_cap8"] = warp.with_defines("select_warp_cap8", KDTR_TB_SELECT="2")
+    out["select_warp_raise2"] = warp.with_defines("select_warp_raise2", KDTR_TB_RAISE_WAYS="2")
     out["select_warp_global_lp"] = warp.with_defines("select_warp_global_lp", KDTR_TB_STAGE_LP="0")
     out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
     out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
     out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", KDTR_TB_SELECT_MIN_B="128")
-    # occupancy: ptxas's register target (min CTAs per SM: 256 threads x 95 registers allow 2 CTAs an SM), block
-    # size, candidate capacity; and the cheaper raise (an 8-way range search) and two-pass compaction
+    # occupancy: ptxas's register target (min CTAs per SM; 256 threads x 88 registers allow 2 CTAs an SM)
     out["select_warp_mb3"] = warp.with_defines("select_warp_mb3", KDTR_TB_MIN_BLOCKS="3")
-    out["select_warp_mb4"] = warp.with_defines("select_warp_mb4", KDTR_TB_MIN_BLOCKS="4")
-    w128 = dataclasses.replace(warp, block=128)
-    out["select_warp_b128_mb6"] = w128.with_defines("select_warp_b128_mb6", KDTR_TB_MIN_BLOCKS="6")
-    out["select_warp_b128_mb8"] = w128.with_defines("select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8")
-    out["select_warp_b128_mb8_cap4"] = w128.with_defines(
-        "select_warp_b128_mb8_cap4", KDTR_TB_MIN_BLOCKS="8", KDTR_TB_SELECT="1"
+    out["select_warp_b128_mb8"] = dataclasses.replace(warp, block=128).with_defines(
+        "select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8"
     )
-    out["select_warp_mb4_cap4"] = warp.with_defines("select_warp_mb4_cap4", KDTR_TB_MIN_BLOCKS="4", KDTR_TB_SELECT="1")
-    out["select_warp_raise8"] = warp.with_defines("select_warp_raise8", KDTR_TB_RAISE_WAYS="8")
-    out["select_warp_raise4"] = warp.with_defines("select_warp_raise4", KDTR_TB_RAISE_WAYS="4")
-    out["select_warp_compact2"] = warp.with_defines("select_warp_compact2", KDTR_TB_COMPACT="2")
-    out["select_warp_new"] = warp.with_defines(
-        "select_warp_new", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="4", KDTR_TB_SELECT="1"
-    )
-    out["select_warp_new_r8"] = warp.with_defines(
-        "select_warp_new_r8",
-        KDTR_TB_RAISE_WAYS="8",
-        KDTR_TB_COMPACT="2",
-        KDTR_TB_MIN_BLOCKS="4",
-        KDTR_TB_SELECT="1",
-        KDTR_TB_RAISE_REGS="8",
-    )
-    out["select_warp_new_mb2"] = warp.with_defines(
-        "select_warp_new_mb2", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="2", KDTR_TB_SELECT="1"
-    )
-    out["select_warp_new_b128"] = w128.with_defines(
-        "select_warp_new_b128", KDTR_TB_RAISE_WAYS="8", KDTR_TB_COMPACT="2", KDTR_TB_MIN_BLOCKS="8", KDTR_TB_SELECT="1"
+    race = out["select_race"]
+    out["select_race_cap8"] = race.with_defines("select_race_cap8", KDTR_TB_SELECT="2")
+    out["select_race_mb3"] = race.with_defines("select_race_mb3", KDTR_TB_MIN_BLOCKS="3")
+    out["select_race_block128"] = dataclasses.replace(race, variant="select_race_block128", block=128)
+    out["select_race_block128_mb6"] = dataclasses.replace(race, block=128).with_defines(
+        "select_race_block128_mb6", KDTR_TB_MIN_BLOCKS="6"
     )
     return out
 
@@ -339,7 +321,7 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument(
         "--designs",
-        default="heap_global,lane_cached,select_verify,select_warp,select_warp_cap4",
+        default="heap_global,lane_cached,select_verify,select_warp,select_race",
         help="comma list of designs() names to time",
     )
     ap.add_argument("--variants", default="select_warp,select_verify", help="fallbacks: the select variants")

@@ -63,9 +63,10 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int K = B < K_in ? B : K_in;
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
   const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
+  const bool race = std::stoi(v.define("KDTR_TB_RACE")) != 0;
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
-  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage);
-  const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap).total);
+  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage, race);
+  const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap, race).total);
   int lp_in_smem = stage ? 1 : 0;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
                   (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem, &select_cap,
