@@ -496,6 +496,26 @@ def test_select_fallback_is_taken(variant):
 
 @pytest.mark.gpu
 @pytest.mark.spec("TB.2.3")
+@pytest.mark.parametrize("B, L, K", [(12, 4, 6), (520, 3, 24)])
+def test_race_beyond_a_wave_replays_alone(B, L, K):
+    """select_race launches the replay alone, on a small CTA, for more requests than a wave of races (one per SM,
+    two at B >= 512): that launch gives the reference's tree too."""
+    from harness import device
+    from kernels_cu import geometry, runtime, specs, tree_build_ops
+
+    if not device.probe().ok:
+        pytest.skip(f"GPU unavailable: {device.probe().reason}")
+    bs = 2 * runtime.sm_count() + 1
+    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count()) == (False, 64), "the rule changed"
+    rng = np.random.default_rng(B)
+    lp = hh.logp_rows(rng, (bs, L, K), "bf16", 0.3)
+    case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, K)), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
+    got = tree_build_ops.bind(specs.get("tree_build", "select_race"))(**case.args)
+    check_matches_reference(got, case)
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("TB.2.3")
 @pytest.mark.parametrize("variant", SELECT_VARIANTS)
 @pytest.mark.parametrize("B", [16, 64, 256, 1024])
 def test_select_path_serves_drafter_like_inputs(variant, B):

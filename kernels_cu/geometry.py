@@ -70,6 +70,9 @@ def _library() -> ctypes.CDLL:
     i64p = ctypes.POINTER(ctypes.c_longlong)
     lib.kdtr_tree_build_geometry.restype = None
     lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
+    lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 3
+    lib.kdtr_tree_build_replay_block.restype = ctypes.c_int
     lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
     lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
@@ -90,6 +93,15 @@ def tree_build(
     out = (ctypes.c_longlong * 3)()
     _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2])
+
+
+def tree_build_race_launch(bs: int, B: int, sm_count: int) -> tuple[bool, int]:
+    """A race build's launch for bs requests on sm_count SMs: (whether it races the selection, the block size
+    when it does not: the replay alone on a small CTA; 0 when it does, the spec's block)."""
+    lib = _library()
+    if lib.kdtr_tree_build_race_selects(bs, B, sm_count):
+        return True, 0
+    return False, int(lib.kdtr_tree_build_replay_block())
 
 
 @functools.cache

@@ -287,6 +287,11 @@ def smem_optin_limit() -> int:
     return int(gpu().device.properties.max_shared_memory_per_block_optin) - 64
 
 
+def sm_count() -> int:
+    """The device's number of SMs (a race build's launch depends on it)."""
+    return int(gpu().device.properties.multiprocessor_count)
+
+
 @functools.cache
 def geometry(spec: KernelSpec, args: tuple, n_out: int) -> tuple[int, ...]:
     """Run the spec's geometry query kernel with `args` (numpy scalars typed as its parameters) and read

@@ -323,8 +323,11 @@ struct BuiltNodes {
 // row stride ls. Returns kSelected, or kUnverified (o untouched unless KDTR_TB_FALLBACK is 0).
 __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chain_failed, const float* lp, int ls,
                                              int L, int K, int B, const BuiltNodes& o, int* count,
-                                             const SelectGroup g) {
+                                             const SelectGroup g, const volatile int* race) {
   __shared__ int sh_fail, sh_last;
+  // In a race, whether the replay has won, sampled by thread 0 once per sort stage into its own word (read by
+  // every thread after the next barrier, so all of g leave together; a word is never rewritten).
+  __shared__ int sh_lost[16];
   const int tid = g.tid, nw = u.nwords;
   double* s_score = o.score;
   int *s_parent = o.parent, *s_depth = o.depth, *s_rank = o.rank, *s_first = o.first, *s_next = o.next;
@@ -337,7 +340,13 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   const int nc = n - 1;  // candidates to sort: U[1, n)
   for (int t = tid; t < nc; t += g.size) u.aux2[t] = t + 1;
   g.sync();
-  for (int k = 2; k / 2 < nc; k <<= 1) {
+  int stage = 0;
+  for (int k = 2; k / 2 < nc; k <<= 1, ++stage) {
+    if (race != nullptr) {
+      if (tid == 0) sh_lost[stage] = *race == kReplayWon;
+      g.sync();
+      if (sh_lost[stage]) return kOverflow;  // lost the race: the replay's tree is taken
+    }
     for (int j = k / 2; j > 0; j >>= 1) {
       for (int t = tid; t < nc; t += g.size) {
         const int off = t & (k - 1);
@@ -558,7 +567,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     __syncthreads();
   }
   return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, BuiltNodes{s_score, s_parent, s_depth, s_rank, s_first, s_next},
-                       count, SelectGroup{tid, KDTR_BLOCK, false});
+                       count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
 }
 
 // ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
@@ -1071,7 +1080,8 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       g.sync();
       const int st = s_gen[0] != kSelected
                          ? s_gen[0]
-                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &s_count_sel, g);
+                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &s_count_sel, g,
+                                         &s_race);
       if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);
     }
 #else
@@ -1083,7 +1093,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     __syncthreads();
     const int st = s_gen[0] != kSelected ? s_gen[0]
                                          : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, replayed,
-                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, false});
+                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
 #endif
 #else
     const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, s_score, s_parent, s_depth, s_rank, s_first,

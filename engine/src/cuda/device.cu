@@ -35,6 +35,7 @@ const Gpu& gpu() {
     g.arch = "sm_" + std::to_string(p.major * 10 + p.minor);
     g.name = p.name;
     g.smem_optin = optin - 64;
+    g.sm_count = p.multiProcessorCount;
   });
   if (g.arch.empty()) throw DeviceError("the GPU failed to initialize earlier in this process");
   return g;

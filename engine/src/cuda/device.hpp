@@ -21,6 +21,7 @@ struct Gpu {
   std::string arch;          // "sm_90"
   std::string name;          // "NVIDIA H200"
   long long smem_optin = 0;  // per-block dynamic shared memory limit (opt-in), less 64 bytes, as runtime.py
+  int sm_count = 0;          // SMs (a race build of tree_build launches by it)
 };
 
 // The GPU (device 0), initialized once; DeviceError when there is none.
