@@ -45,6 +45,9 @@
 #define KDTR_TB_RACE 0
 #endif
 #define KDTR_TB_RACING (KDTR_TB_RACE && KDTR_TB_FALLBACK == 1)
+#ifndef KDTR_TB_RACE_POLL
+#define KDTR_TB_RACE_POLL 4  // pops between the replay's looks at the race
+#endif
 static_assert(!KDTR_TB_RACE || (KDTR_TB_SELECT && KDTR_TB_WARPGEN && KDTR_TB_POP == 1 && KDTR_BLOCK >= 128),
               "a race needs the warp build's selection, the lane-cached replay and warps besides those two");
 
@@ -1132,8 +1135,8 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     }
     while (count < B) {
 #if KDTR_TB_RACING
-      // every 4th pop: has the selection won? (warp-uniform: lane 0's read)
-      if ((count & 3) == 0 && __shfl_sync(0xffffffffu, *(volatile int*)&s_race, 0) == kSelectWon) break;
+      // every KDTR_TB_RACE_POLL-th pop: has the selection won? (warp-uniform: lane 0's read)
+      if (count % KDTR_TB_RACE_POLL == 0 && __shfl_sync(0xffffffffu, *(volatile int*)&s_race, 0) == kSelectWon) break;
 #endif
       const uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
       const unsigned hi = unsigned(key >> 32), lo = unsigned(key);

@@ -120,6 +120,59 @@ PROFILE_SELECT = (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
     ),
 )
+# clock64() marks in select_race, every request: positions[b, :7] = [the replay's end, the generation's end, the
+# finish's end (0 where the selection never got there), both done, winner (1 selection, 2 replay), pops, kernel].
+PROFILE_RACE = (
+    ('#include "tree_build.cuh"\n', '#include "tree_build.cuh"\n__shared__ long long kdtr_rp[5];\n'),
+    (
+        "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
+        "  const long long prof_t0 = clock64();\n"
+        "  if (threadIdx.x == 0) for (int k = 0; k < 5; ++k) kdtr_rp[k] = 0;\n"
+        "  const float* g_lp = top_logp + size_t(b) * L * K_in;\n",
+    ),
+    (
+        "    if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);",
+        "    if (lane == 0) { kdtr_rp[0] = clock64() - prof_t0; kdtr_rp[4] = count; }\n"
+        "    if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);",
+    ),
+    (
+        "        if (tid == 0) { s_gen[0] = st; s_gen[1] = n_u; s_gen[2] = chain_failed; }\n      }\n      g.sync();",
+        "        if (tid == 0) { s_gen[0] = st; s_gen[1] = n_u; s_gen[2] = chain_failed; }\n"
+        "        if (tid == 0) kdtr_rp[1] = clock64() - prof_t0;\n      }\n      g.sync();",
+    ),
+    (
+        "      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);",
+        "      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);\n"
+        "      if (g.tid == 0) kdtr_rp[2] = clock64() - prof_t0;",
+    ),
+    (
+        "  const bool selection_won = s_race == kSelectWon;\n",
+        "  const bool selection_won = s_race == kSelectWon;\n  const long long prof_both = clock64() - prof_t0;\n",
+    ),
+    (
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+        "  __syncthreads();\n  if (tid == 0) {\n    int* pr = positions + size_t(b) * D;\n"
+        "    for (int k = 0; k < 3; ++k) pr[k] = int(kdtr_rp[k]);\n    pr[3] = int(prof_both);\n"
+        "    pr[4] = s_race;\n    pr[5] = int(kdtr_rp[4]);\n    pr[6] = int(clock64() - prof_t0);\n  }\n"
+        "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
+    ),
+)
+RACE_MARKS = ("replay_end", "gen_end", "finish_end", "both_done", "winner", "pops", "kernel")
+
+
+def profile_race(cells, names=("select_race",)):
+    """select_race's timeline per request (cycles): when the replay ended, when the generation and the finish
+    ended, when both were done, who won."""
+    for name in names:
+        spec = dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE_RACE)
+        for kind, make in (("bench", bench_inputs), ("peaked", peaked_inputs)):
+            for bs, B in cells:
+                pos = _profiled_positions(spec, make(bs, B), len(RACE_MARKS), every_request=True)
+                for r in range(min(bs, 4)):
+                    row = {"design": name, "inputs": kind, "bs": bs, "B": B, "request": r}
+                    print(json.dumps({**row, **dict(zip(RACE_MARKS, map(int, pos[r])))}), flush=True)
+
+
 SELECT_MARKS = ("generate", "rank+check", "kernel", "nodes", "children", "passes", "raises", "compact", "levels")
 SELECT_MARKS += ("replayed",)
 
@@ -197,6 +250,8 @@ def designs() -> dict[str, specs.KernelSpec]:
         "select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8"
     )
     race = out["select_race"]
+    out["select_race_replay_only"] = race.with_defines("select_race_replay_only", KDTR_TB_SELECT_MIN_B="100000")
+    out["select_race_poll16"] = race.with_defines("select_race_poll16", KDTR_TB_RACE_POLL="16")
     out["select_race_cap8"] = race.with_defines("select_race_cap8", KDTR_TB_SELECT="2")
     out["select_race_mb3"] = race.with_defines("select_race_mb3", KDTR_TB_MIN_BLOCKS="3")
     out["select_race_block128"] = dataclasses.replace(race, variant="select_race_block128", block=128)
@@ -337,6 +392,7 @@ def main(argv=None):
     if a.what == "profile":
         cells = [tuple(int(x) for x in c.split("x")) for c in a.cells.split(",")]
         profile(cells, a.profile_designs.split(","))
+        profile_race(cells)
         return
     if a.what == "fallbacks":
         for v in a.variants.split(","):  # one file per variant: F.json -> F-VARIANT.json
