@@ -498,15 +498,15 @@ def test_select_fallback_is_taken(variant):
 @pytest.mark.spec("TB.2.3")
 @pytest.mark.parametrize("B, L, K", [(12, 4, 6), (520, 3, 24)])
 def test_race_beyond_a_wave_replays_alone(B, L, K):
-    """select_race launches the replay alone, on a small CTA, for more requests than a wave of races (one per SM,
-    two at B >= 512): that launch gives the reference's tree too."""
+    """For more requests than a wave of races (one per SM, two at B >= 512) select_race hands the batch to the
+    replay's own build (lane_cached, small CTAs): that launch gives the reference's tree too."""
     from harness import device
     from kernels_cu import geometry, runtime, specs, tree_build_ops
 
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     bs = 2 * runtime.sm_count() + 1
-    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count()) == (False, 64), "the rule changed"
+    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count()) == "lane_cached", "the rule changed"
     rng = np.random.default_rng(B)
     lp = hh.logp_rows(rng, (bs, L, K), "bf16", 0.3)
     case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, K)), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))

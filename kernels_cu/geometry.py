@@ -72,7 +72,7 @@ def _library() -> ctypes.CDLL:
     lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
     lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
     lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 3
-    lib.kdtr_tree_build_replay_block.restype = ctypes.c_int
+    lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
     lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
     lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
@@ -95,13 +95,13 @@ def tree_build(
     return int(out[0]), int(out[1]), int(out[2])
 
 
-def tree_build_race_launch(bs: int, B: int, sm_count: int) -> tuple[bool, int]:
-    """A race build's launch for bs requests on sm_count SMs: (whether it races the selection, the block size
-    when it does not: the replay alone on a small CTA; 0 when it does, the spec's block)."""
+def tree_build_race_launch(bs: int, B: int, sm_count: int) -> str | None:
+    """A race build's launch for bs requests on sm_count SMs: None when it races the selection, else the
+    tree_build variant whose build runs the batch instead (the replay's, on small CTAs)."""
     lib = _library()
     if lib.kdtr_tree_build_race_selects(bs, B, sm_count):
-        return True, 0
-    return False, int(lib.kdtr_tree_build_replay_block())
+        return None
+    return str(lib.kdtr_tree_build_wide_batch_variant().decode())
 
 
 @functools.cache

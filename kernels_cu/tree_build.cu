@@ -861,6 +861,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
       const bool parts = stop < end;
       cur = stop;
       if (parts || n - 1 > kPruneAtPct * B / 100) {  // prune: tau rises, the nodes below it go
+        if (race != nullptr && __shfl_sync(0xffffffffu, *race, 0) == kReplayWon) return kOverflow;  // lost
         const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);
         __syncwarp();
         if (raised > tau) {

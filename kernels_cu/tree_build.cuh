@@ -90,11 +90,13 @@ KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_
   return (select_policy != 0 && B > 0 && cap >= B + 2) ? int(cap) : 0;
 }
 
-// A race build's launch (KDTR_TB_RACE = 1) for bs requests on sm_count SMs. The race's CTA (the spec's block of
-// ~100 registers a thread, the candidates in shared memory) runs about one per SM, so beyond one wave of them (two
-// at B >= 512, where the selection is 2.5x as fast as the replay) the replay alone (select capacity 0) on a CTA of
-// kTreeBuildReplayBlock threads, many to an SM, finishes the batch first (kernels_cu/PERF_NOTES.md).
-constexpr int kTreeBuildReplayBlock = 64;  // warp 1 replays, both warps write the layouts
+// A race build's launch (KDTR_TB_RACE = 1) for bs requests on sm_count SMs. The race's CTA (256 threads of ~100
+// registers, the candidates in shared memory) runs about one per SM, so beyond one wave of them (two at B >= 512,
+// where the selection is 2.5x as fast as the replay) the replay's own build (kTreeBuildWideBatchVariant: 128
+// threads of 48 registers, ten or more to an SM) finishes the batch first (kernels_cu/PERF_NOTES.md). A launch
+// of the race build with select capacity 0 would replay too, but on the race's big CTA (measured 19 % slower
+// than lane_cached at bs 1024, B 64).
+#define KDTR_TB_WIDE_BATCH_VARIANT "lane_cached"
 KDTR_HD constexpr bool tree_build_race_selects(int bs, int B, int sm_count) {
   return (long long)bs <= (long long)sm_count * (B >= 512 ? 2 : 1);
 }

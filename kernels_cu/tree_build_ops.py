@@ -12,7 +12,7 @@ import numpy as np
 from contract import TREE_BUILD, Tree
 from contract.checks import is_device_array
 
-from . import geometry, runtime
+from . import geometry, runtime, specs
 from .arrays import (
     DeviceArray,
     Prepared,
@@ -101,14 +101,10 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    stage_policy, select_policy, race = policies(spec)
-    block = None  # the spec's
-    if race:  # beyond a wave of races, the replay alone on a small CTA
-        races, replay_block = geometry.tree_build_race_launch(bs, B, runtime.sm_count())
-        if not races:
-            select_policy, block = 0, replay_block
-    limit = runtime.smem_optin_limit()
-    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, limit, stage_policy, select_policy, race)
+    if policies(spec)[2]:  # a race build: beyond a wave of races, the replay's own build runs the batch
+        wide = geometry.tree_build_race_launch(bs, B, runtime.sm_count())
+        spec = specs.get("tree_build", wide) if wide else spec
+    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
     st = Staging(lib, like)
     try:
         st.sync_before()
@@ -130,7 +126,7 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
             res["full_mask"] = res["full_mask"].view(bool)
         return Tree(**res)
 
-    return st, ins, lambda: launch_kernel(spec, bs, smem, *args, block=block), collect
+    return st, ins, lambda: launch_kernel(spec, bs, smem, *args), collect
 
 
 def bind(spec: KernelSpec):

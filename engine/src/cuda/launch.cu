@@ -64,11 +64,11 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
   const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
   const bool race = std::stoi(v.define("KDTR_TB_RACE")) != 0;
-  // beyond a wave of races, the replay alone on a small CTA (tree_build.cuh)
-  const bool replay_only = race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count);
-  const int block = replay_only ? kTreeBuildReplayBlock : v.block;
+  // a race build: beyond a wave of races, the replay's own build runs the batch (tree_build.cuh)
+  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count))
+    return launch_tree_build(pick("tree_build", KDTR_TB_WIDE_BATCH_VARIANT), d);
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
-  int select_cap = replay_only ? 0 : tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage, race);
+  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage, race);
   const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap, race).total);
   int lp_in_smem = stage ? 1 : 0;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
@@ -76,7 +76,7 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
                   (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
                   (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
                   (void*)&d.next_sibling, (void*)&d.full_mask};
-  launch(v, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(block)), smem, args);
+  launch(v, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
 }
 
 void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
