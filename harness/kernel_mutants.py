@@ -70,10 +70,11 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "      u.meta[j] = m;\n      u.aux[j] = dw;\n",
     ),
     # tree_build:select_race (KDTR_TB_RACE = 1): the winner's nodes, and only a checked selection may win
-    "k_tb_race_reads_loser": (
+    # (the loser's count, not its nodes: a loser's half-written parent chain can loop the layouts' ancestor walk)
+    "k_tb_race_loser_count": (
         "tree_build",
-        "const BuiltNodes built = selection_won ? selected : replayed;",
-        "const BuiltNodes built = selection_won ? replayed : selected;",
+        "const int n = selection_won ? s_count_sel : s_count;",
+        "const int n = selection_won ? s_count : s_count_sel;",
     ),
     "k_tb_race_unchecked_win": (
         "tree_build",
