@@ -130,6 +130,30 @@ def test_geometry_headers_build_as_a_host_library():
     assert geometry.tree_verify(1, 1, 0)["threads"] == specs.get("tree_verify", "portable").block
 
 
+@pytest.mark.spec("KB.1.5")
+def test_race_geometry_and_launch_rule():
+    """select_race's layout gives the replay and the selection their own regions (the race runs both at once),
+    and its launch hands batches wider than a wave of races to the replay's own build."""
+    limit = 227 * 1024
+    smem_seq, staged, cap_seq = geometry.tree_build(64, 15, 64, limit, 2, 1, 0)
+    smem_race, staged_r, cap_race = geometry.tree_build(64, 15, 64, limit, 2, 1, 1)
+    assert staged == staged_r == 1 and cap_seq == cap_race == 4 * 64 + 65  # both fit at B = 64
+    # the race adds the replay's frontier and tuple words and the selection's own nodes (D x 28 bytes, 16-aligned)
+    frontier_words = 32 * ((64 + 31) // 32 + 2) * 16 + 65 * 3 * 8
+    assert smem_race - smem_seq == frontier_words + (65 * 28 + 15) // 16 * 16
+    # where shared memory is short the race holds fewer candidates, never more than fit
+    _, _, cap_seq_1k = geometry.tree_build(1024, 15, 1024, limit, 2, 1, 0)
+    smem_race_1k, _, cap_race_1k = geometry.tree_build(1024, 15, 1024, limit, 2, 1, 1)
+    assert 1024 + 2 <= cap_race_1k < cap_seq_1k and smem_race_1k <= limit - 1024
+    assert geometry.tree_build(64, 15, 64, 0, 2, 1, 1)[2] == 0  # nothing fits: the replay alone
+    # one race per SM, two at B >= 512; beyond that the batch goes to lane_cached
+    assert geometry.tree_build_race_launch(132, 64, 132) is None
+    assert geometry.tree_build_race_launch(133, 64, 132) == "lane_cached"
+    assert geometry.tree_build_race_launch(264, 512, 132) is None
+    assert geometry.tree_build_race_launch(265, 1024, 132) == "lane_cached"
+    assert specs.get("tree_build", "lane_cached").all_defines()["KDTR_TB_SELECT"] == "0"
+
+
 @pytest.mark.gpu
 @pytest.mark.spec("KB.1.5")
 def test_geometry_host_equals_device():
