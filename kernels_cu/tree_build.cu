@@ -331,6 +331,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   // In a race, whether the replay has won, sampled by thread 0 once per sort stage into its own word (read by
   // every thread after the next barrier, so all of g leave together; a word is never rewritten).
   __shared__ int sh_lost[16];
+  static_assert(kTreeBuildSelectMaxCap < (1 << 15), "a sort of U has at most 15 stages, one word each");
   const int tid = g.tid, nw = u.nwords;
   double* s_score = o.score;
   int *s_parent = o.parent, *s_depth = o.depth, *s_rank = o.rank, *s_first = o.first, *s_next = o.next;
@@ -584,6 +585,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
 // 20-bit prefix of the order keys that at least B nodes of U reach (so never past the tree's B-th best score).
 // A level whose children do not fit is expanded in parts, a prune between parts; no room even then: overflow.
 constexpr int kPruneBits = 20;  // resolution of a raise of tau: sign, exponent and 8 bits of the score
+constexpr int kPrefixShift = 64 - kPruneBits;  // an order key's kPruneBits-bit prefix
 #ifndef KDTR_TB_PRUNE_PCT
 #define KDTR_TB_PRUNE_PCT 200  // a level that leaves U with more than this percentage of B nodes is pruned
 #endif
@@ -628,7 +630,7 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 }
 
 // The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
-// than B do. The items' 20-bit prefixes v = key >> 44 (0 below tau) sit in registers up to 32 * kRaiseRegItems
+// than B do. The items' 20-bit prefixes v = key >> kPrefixShift (0 below tau) sit in registers up to 32 * kRaiseRegItems
 // of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
 // W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
 // log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
@@ -654,20 +656,20 @@ __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, ui
     for (int q = 0; q < kRaiseRegItems; ++q) {
       const int i = 1 + lane + 32 * q;
       const uint64_t k = i < n ? order_key(u.score[i]) : 0ull;
-      hv[q] = k >= tau ? unsigned(k >> 44) : 0u;  // a finite score's prefix is nonzero
+      hv[q] = k >= tau ? unsigned(k >> kPrefixShift) : 0u;  // a finite score's prefix is nonzero
       top = hv[q] > top ? hv[q] : top;
     }
   } else {
     for (int i = 1 + lane; i < n; i += 32) {
       const uint64_t k = order_key(u.score[i]);
-      const unsigned v = k >= tau ? unsigned(k >> 44) : 0u;
+      const unsigned v = k >= tau ? unsigned(k >> kPrefixShift) : 0u;
       u.aux2[i] = int(v);
       top = v > top ? v : top;
     }
   }
   // Each lane reads back only its own items (no warp sync needed). Invariant: at least B items reach lo
   // (checked first), fewer than B reach hi + 1 (none do).
-  unsigned lo = unsigned(tau >> 44), hi = __reduce_max_sync(0xffffffffu, top);
+  unsigned lo = unsigned(tau >> kPrefixShift), hi = __reduce_max_sync(0xffffffffu, top);
   {
     int c = 0;
     if (in_regs) {
@@ -712,7 +714,7 @@ __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, ui
     lo = nlo;
     hi = nhi;
   }
-  const uint64_t raised = uint64_t(lo) << 44;
+  const uint64_t raised = uint64_t(lo) << kPrefixShift;
   return raised > tau ? raised : tau;
 }
 
