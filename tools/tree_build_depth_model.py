@@ -25,8 +25,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from reference import tree_build as ref  # noqa: E402
-from tree_build_dev import bench_inputs, drafter_inputs, peaked_inputs  # noqa: E402
+from tree_build_dev import bench_inputs, drafter_inputs, peaked_inputs
+
+from reference import tree_build as ref
 
 
 def predicts_deep(lp: np.ndarray, B: int) -> bool:
