@@ -101,7 +101,7 @@ def tree_build_race_launch(bs: int, B: int, sm_count: int) -> str | None:
     lib = _library()
     if lib.kdtr_tree_build_race_selects(bs, B, sm_count):
         return None
-    return str(lib.kdtr_tree_build_wide_batch_variant().decode())
+    return lib.kdtr_tree_build_wide_batch_variant().decode()
 
 
 @functools.cache

@@ -313,6 +313,9 @@ struct SelectGroup {
   }
 };
 
+// A race's state as one warp sees it (lane 0's read, so that the warp decides as one).
+__device__ __forceinline__ int race_state(const volatile int* race) { return __shfl_sync(0xffffffffu, *race, 0); }
+
 // Where a build writes its nodes in pop order, for the layouts (D of each; index 0 is the root).
 struct BuiltNodes {
   double* score;
@@ -451,8 +454,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
 // The whole block. On kSelected (and, for the fallback mutant, kUnverified) the nodes are in s_* in pop
 // order and *count holds 1 + their number; otherwise s_* are untouched.
 __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
-                            double* s_score, int* s_parent, int* s_depth, int* s_rank, int* s_first,
-                            int* s_next, int* count) {
+                                            const BuiltNodes& o, int* count) {
   __shared__ int warp_sums[KDTR_BLOCK / 32];
   __shared__ int sh_n, sh_pb, sh_fail;
   __shared__ unsigned long long sh_tau;
@@ -570,8 +572,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, BuiltNodes{s_score, s_parent, s_depth, s_rank, s_first, s_next},
-                       count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
 }
 
 // ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
@@ -635,13 +636,10 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 // W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
 // log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
 // registers but twice as much once the items are read from shared memory (kernels_cu/PERF_NOTES.md).
-#ifndef KDTR_TB_RAISE_REGS
-#define KDTR_TB_RAISE_REGS 16
-#endif
 #ifndef KDTR_TB_RAISE_WAYS
 #define KDTR_TB_RAISE_WAYS 8
 #endif
-constexpr int kRaiseRegItems = KDTR_TB_RAISE_REGS;
+constexpr int kRaiseRegItems = 16;
 constexpr int kRaiseWays = KDTR_TB_RAISE_WAYS;
 static_assert(kRaiseWays >= 2, "the search cuts the range in at least two parts a step");
 __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, uint64_t tau, int B, int lane) {
@@ -812,7 +810,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
   uint64_t tau = order_key(-1.7976931348623157e308);  // the lowest finite score: -inf is never selected
   int n = 1, pb = 0, fail = 0;
   for (int d = 0; d < L && pb < n; ++d) {
-    if (race != nullptr && __shfl_sync(0xffffffffu, *race, 0) == kReplayWon) return kOverflow;  // lost the race
+    if (race != nullptr && race_state(race) == kReplayWon) return kOverflow;  // lost the race
     const float* row = lp + size_t(d) * ls;
     const double l0 = double(row[0]);
     int cur = pb, end = n;  // parents [cur, end) still to expand; their children go to U[n, ...)
@@ -863,7 +861,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
       const bool parts = stop < end;
       cur = stop;
       if (parts || n - 1 > kPruneAtPct * B / 100) {  // prune: tau rises, the nodes below it go
-        if (race != nullptr && __shfl_sync(0xffffffffu, *race, 0) == kReplayWon) return kOverflow;  // lost
+        if (race != nullptr && race_state(race) == kReplayWon) return kOverflow;  // lost
         const uint64_t raised = warp_raise_tau(u, n, tau, B, lane);
         __syncwarp();
         if (raised > tau) {
@@ -1044,10 +1042,12 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   }
 #elif KDTR_TB_POP == 1
   bool replay = true;
+  // whether this launch selects at all (the geometry gave it candidates, and the budget is one it selects for)
+  [[maybe_unused]] const bool select_on =
+      KDTR_TB_SELECT && select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
 #if KDTR_TB_RACING
   // The selection's own nodes, in its region ahead of U; the replay writes s_*, the layouts read the winner's.
   __shared__ int s_race, s_count_sel;
-  const bool select_on = select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
   double* r_score = reinterpret_cast<double*>(smem + lay.select);
   int* r_parent = reinterpret_cast<int*>(r_score + D);
   const BuiltNodes selected{r_score, r_parent, r_parent + D, r_parent + 2 * D, r_parent + 3 * D, r_parent + 4 * D};
@@ -1063,7 +1063,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 #if KDTR_TB_FALLBACK == 2
   __shared__ int s_select_status;
 #endif
-  if (select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0) {
+  if (select_on) {
     const int nw = nwords;
     // U: at the start of shared memory (over the replay's frontier, which a replay after it rewrites), or in a
     // race's layout in the selection's region after its nodes
@@ -1102,8 +1102,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
                                                          &s_count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
 #endif
 #else
-    const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, s_score, s_parent, s_depth, s_rank, s_first,
-                                s_next, &s_count);
+    const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, replayed, &s_count);
 #endif
 #if !KDTR_TB_RACING
     replay = st == kOverflow || (st == kUnverified && KDTR_TB_FALLBACK != 0);
@@ -1138,8 +1137,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     }
     while (count < B) {
 #if KDTR_TB_RACING
-      // every KDTR_TB_RACE_POLL-th pop: has the selection won? (warp-uniform: lane 0's read)
-      if (count % KDTR_TB_RACE_POLL == 0 && __shfl_sync(0xffffffffu, *(volatile int*)&s_race, 0) == kSelectWon) break;
+      if (count % KDTR_TB_RACE_POLL == 0 && race_state(&s_race) == kSelectWon) break;  // the selection won
 #endif
       const uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
       const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
@@ -1227,8 +1225,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   const size_t row0 = size_t(b) * D;
   if (tid == 0) n_nodes[b] = n;
 #if KDTR_TB_SELECT && KDTR_TB_FALLBACK == 2
-  if (tid == 0 && select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0 &&
-      s_select_status != kSelected)
+  if (tid == 0 && select_on && s_select_status != kSelected)
     n_nodes[b] = -s_select_status;  // measuring: -1 unverified, -2 overflow
 #endif
   for (int i = tid; i < D; i += blockDim.x) {
