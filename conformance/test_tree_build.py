@@ -432,7 +432,7 @@ def test_batch_invariant(impl, case, data):
         )
 
 
-# --- the select-then-verify kernels' replay (kernels_cu/tree_build.cu, variants select_verify, select_warp) -----
+# --- the select-then-verify kernels' replay (kernels_cu/tree_build.cu: select_verify, select_warp, select_race) --
 FALLBACK_CASES = hh.select_fallback_cases()
 
 

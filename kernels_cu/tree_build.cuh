@@ -92,7 +92,7 @@ KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_
 
 // A race build's launch (KDTR_TB_RACE = 1) for bs requests on sm_count SMs. The race's CTA (256 threads of ~100
 // registers, the candidates in shared memory) runs about one per SM, so beyond one wave of them (two at B >= 512,
-// where the selection is 2.5x as fast as the replay) the replay's own build (kTreeBuildWideBatchVariant: 128
+// where the selection is 2.5x as fast as the replay) the replay's own build (KDTR_TB_WIDE_BATCH_VARIANT: 128
 // threads of 48 registers, ten or more to an SM) finishes the batch first (kernels_cu/PERF_NOTES.md). A launch
 // of the race build with select capacity 0 would replay too, but on the race's big CTA (measured 19 % slower
 // than lane_cached at bs 1024, B 64).

@@ -244,7 +244,7 @@ def designs() -> dict[str, specs.KernelSpec]:
     out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
     out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
     out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", KDTR_TB_SELECT_MIN_B="128")
-    # occupancy: ptxas's register target (min CTAs per SM; 256 threads x 88 registers allow 2 CTAs an SM)
+    # occupancy: ptxas's register target (min CTAs per SM; 256 threads x 96 registers allow 2 CTAs an SM)
     out["select_warp_mb3"] = warp.with_defines("select_warp_mb3", KDTR_TB_MIN_BLOCKS="3")
     out["select_warp_b128_mb8"] = dataclasses.replace(warp, block=128).with_defines(
         "select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8"
