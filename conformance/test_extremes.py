@@ -74,12 +74,18 @@ def check_tree_invariants(case: Case, got: Tree) -> None:
 @pytest.mark.parametrize("name", [_param(n, s) for n, (_, s) in BUILD.items()])
 def test_tree_build_extremes(impl, name):
     case, want = build_case(name)
-    got = run(impl, case)
-    check_tree_invariants(case, got)
-    for f in Tree.FIELDS:
-        assert_bit_exact(
-            np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3", context={"case": name}
-        )
+    # select_race also with the race at every budget (its launch hands small budgets to lane_cached's build)
+    for race_min_b in impl.knob_values("tree_build", "race_min_b", [None, 1]):
+        got = run(impl, case, race_min_b=race_min_b)
+        check_tree_invariants(case, got)
+        for f in Tree.FIELDS:
+            assert_bit_exact(
+                np.asarray(getattr(got, f)),
+                getattr(want, f),
+                what=f,
+                spec_id="TB.2.3",
+                context={"case": name, "race_min_b": race_min_b},
+            )
 
 
 def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat16) -> Case:

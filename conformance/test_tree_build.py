@@ -201,6 +201,13 @@ def test_usable_after_bad_input(impl):
         assert_bit_exact(got.scores, expect.scores, what="scores", spec_id="TB.1.4")
 
 
+def runs(impl, case):
+    """The op's results on `case`; for select_race twice: as launched (its launch hands budgets below its
+    KDTR_TB_RACE_MIN_B to lane_cached's build) and with the race at every budget (the knob race_min_b = 1), so
+    that these clauses check the race build itself on small trees too."""
+    return [run(impl, case, race_min_b=m) for m in impl.knob_values("tree_build", "race_min_b", [None, 1])]
+
+
 # --- TB.2 Algorithm ---------------------------------------------------------------------------------------
 def check_against_oracle(got, case, spec_id):
     lp, ids, B = case.top_logp, case.top_ids, case.budget
@@ -260,9 +267,9 @@ SIGNED_ZERO = hh.topk_case(
 @settings(max_examples=max(400, settings().max_examples))  # the issue's bar: >= 400 cases against the oracle
 def test_equals_brute_force_oracle(impl, case):
     """Ties everywhere: (0,0) before (0,1) before (1,0) before (1,1)."""
-    got = run(impl, case)
-    check_against_oracle(got, case, "TB.2.3")
-    check_matches_reference(got, case)
+    for got in runs(impl, case):
+        check_against_oracle(got, case, "TB.2.3")
+        check_matches_reference(got, case)
 
 
 @pytest.mark.spec("TB.2.1")
@@ -274,38 +281,38 @@ def test_scores_are_the_float64_recursion(impl, case):
     reference's code) and compare bits: first node float(lp[0][0]), child s + lp[d][0], sibling
     (s - lp[d-1][r]) + lp[d-1][r+1]."""
     lp = case.top_logp
-    got = run(impl, case)
-    for b in range(lp.shape[0]):
-        for i in range(1, int(got.n_nodes[b])):
-            chain = []
-            j = i
-            while j > 0:
-                chain.append(j)
-                j = int(got.parents[b, j])
-            s = None
-            for node in reversed(chain):  # root side first
-                d, r = int(got.depths[b, node]), int(got.ranks[b, node])
-                s = float(lp[b, 0, 0]) if d == 1 else s + float(lp[b, d - 1, 0])
-                for rr in range(r):
-                    s = (s - float(lp[b, d - 1, rr])) + float(lp[b, d - 1, rr + 1])
-            assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), (
-                f"[TB.2.1] request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}"
-            )
+    for got in runs(impl, case):
+        for b in range(lp.shape[0]):
+            for i in range(1, int(got.n_nodes[b])):
+                chain = []
+                j = i
+                while j > 0:
+                    chain.append(j)
+                    j = int(got.parents[b, j])
+                s = None
+                for node in reversed(chain):  # root side first
+                    d, r = int(got.depths[b, node]), int(got.ranks[b, node])
+                    s = float(lp[b, 0, 0]) if d == 1 else s + float(lp[b, d - 1, 0])
+                    for rr in range(r):
+                        s = (s - float(lp[b, d - 1, rr])) + float(lp[b, d - 1, rr + 1])
+                assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), (
+                    f"[TB.2.1] request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}"
+                )
 
 
 @pytest.mark.spec("TB.2.4", "TB.2.5")
 @given(case=hh.topk_inputs(max_L=5, max_K=6, max_B=64))
 def test_node_count_and_no_inf(impl, case):
     lp, B = case.top_logp, case.budget
-    got = run(impl, case)
-    for b in range(lp.shape[0]):
-        _L, K_in = lp.shape[1:]
-        K = min(B, K_in)
-        finite = 0 if K == 0 else _finite_candidates(lp[b, :, :K])
-        assert int(got.n_nodes[b]) == 1 + min(B, finite), f"[TB.2.4] request {b}"
-        n = int(got.n_nodes[b])
-        assert np.isfinite(got.scores[b, :n]).all(), f"[TB.2.5] request {b}: non-finite score selected"
-        assert not np.isnan(got.scores[b]).any()
+    for got in runs(impl, case):
+        for b in range(lp.shape[0]):
+            _L, K_in = lp.shape[1:]
+            K = min(B, K_in)
+            finite = 0 if K == 0 else _finite_candidates(lp[b, :, :K])
+            assert int(got.n_nodes[b]) == 1 + min(B, finite), f"[TB.2.4] request {b}"
+            n = int(got.n_nodes[b])
+            assert np.isfinite(got.scores[b, :n]).all(), f"[TB.2.5] request {b}: non-finite score selected"
+            assert not np.isnan(got.scores[b]).any()
 
 
 def _finite_candidates(lp) -> int:
@@ -323,45 +330,45 @@ def _finite_candidates(lp) -> int:
 @given(case=hh.topk_inputs(max_bs=3, max_L=8, max_K=16, max_B=128))
 def test_node_fields(impl, case):
     lp, ids, roots, B = case.top_logp, case.top_ids, case.root_tokens, case.budget
-    got = run(impl, case)
-    K = min(B, lp.shape[2])
-    for b in range(lp.shape[0]):
-        n = int(got.n_nodes[b])
-        par, dep, tok, rk, sc = (got.parents[b], got.depths[b], got.tokens[b], got.ranks[b], got.scores[b])
-        assert (par[0], dep[0], tok[0], rk[0]) == (-1, 0, roots[b], -1) and sc[0] == 0.0, "[TB.2.7] root slot"
-        assert np.float64(sc[0]).view(np.uint64) == 0, "[TB.2.7] root score must be +0.0"
-        idx = np.arange(1, n)
-        assert (par[1:n] < idx).all() and (par[1:n] >= 0).all(), "[TB.2.6] parent before child"
-        assert (dep[1:n] == dep[par[1:n]] + 1).all() and ((dep[1:n] >= 1) & (dep[1:n] <= lp.shape[1])).all()
-        assert ((rk[1:n] >= 0) & (rk[1:n] < K)).all()
-        assert (tok[1:n] == ids[b, dep[1:n] - 1, rk[1:n]]).all(), "[TB.2.6] tokens from ids"
-        assert (np.diff(sc[1:n]) <= 0).all(), "[TB.2.6] scores non-increasing"
-        seen = set()
-        for i in range(1, n):
-            assert (par[i], tok[i]) not in seen, f"[TB.2.6] duplicate sibling token at node {i}"
-            seen.add((par[i], tok[i]))
+    for got in runs(impl, case):
+        K = min(B, lp.shape[2])
+        for b in range(lp.shape[0]):
+            n = int(got.n_nodes[b])
+            par, dep, tok, rk, sc = (got.parents[b], got.depths[b], got.tokens[b], got.ranks[b], got.scores[b])
+            assert (par[0], dep[0], tok[0], rk[0]) == (-1, 0, roots[b], -1) and sc[0] == 0.0, "[TB.2.7] root slot"
+            assert np.float64(sc[0]).view(np.uint64) == 0, "[TB.2.7] root score must be +0.0"
+            idx = np.arange(1, n)
+            assert (par[1:n] < idx).all() and (par[1:n] >= 0).all(), "[TB.2.6] parent before child"
+            assert (dep[1:n] == dep[par[1:n]] + 1).all() and ((dep[1:n] >= 1) & (dep[1:n] <= lp.shape[1])).all()
+            assert ((rk[1:n] >= 0) & (rk[1:n] < K)).all()
+            assert (tok[1:n] == ids[b, dep[1:n] - 1, rk[1:n]]).all(), "[TB.2.6] tokens from ids"
+            assert (np.diff(sc[1:n]) <= 0).all(), "[TB.2.6] scores non-increasing"
+            seen = set()
+            for i in range(1, n):
+                assert (par[i], tok[i]) not in seen, f"[TB.2.6] duplicate sibling token at node {i}"
+                seen.add((par[i], tok[i]))
 
 
 @pytest.mark.spec("TB.2.8")
 @given(case=hh.topk_inputs(max_L=3, max_K=3, max_B=64))
 def test_pad_slots(impl, case):
     lp, roots, B, prefix = case.top_logp, case.root_tokens, case.budget, case.prefix_lens
-    got = run(impl, case)
-    D = 1 + B
-    bits = unpack_visibility(np.asarray(got.visibility), D)
-    for b in range(lp.shape[0]):
-        n = int(got.n_nodes[b])
-        pads = np.arange(n, D)
-        if not len(pads):
-            continue
-        assert (got.parents[b, pads] == -1).all() and (got.depths[b, pads] == 0).all()
-        assert (got.tokens[b, pads] == roots[b]).all() and (got.ranks[b, pads] == -1).all()
-        assert (got.scores[b, pads] == -np.inf).all() and (got.positions[b, pads] == prefix[b]).all()
-        assert not bits[b][np.ix_(np.setdiff1d(np.arange(D), pads), pads)].any(), "[TB.2.8] a pad is visible"
-        for p in pads:
-            assert set(np.flatnonzero(bits[b, p])) == {0, p}, f"[TB.2.8] pad {p} must see root and itself"
-        assert not np.isin(pads, got.first_child[b]).any() and not np.isin(pads, got.next_sibling[b]).any()
-        assert (got.first_child[b, pads] == -1).all() and (got.next_sibling[b, pads] == -1).all()
+    for got in runs(impl, case):
+        D = 1 + B
+        bits = unpack_visibility(np.asarray(got.visibility), D)
+        for b in range(lp.shape[0]):
+            n = int(got.n_nodes[b])
+            pads = np.arange(n, D)
+            if not len(pads):
+                continue
+            assert (got.parents[b, pads] == -1).all() and (got.depths[b, pads] == 0).all()
+            assert (got.tokens[b, pads] == roots[b]).all() and (got.ranks[b, pads] == -1).all()
+            assert (got.scores[b, pads] == -np.inf).all() and (got.positions[b, pads] == prefix[b]).all()
+            assert not bits[b][np.ix_(np.setdiff1d(np.arange(D), pads), pads)].any(), "[TB.2.8] a pad is visible"
+            for p in pads:
+                assert set(np.flatnonzero(bits[b, p])) == {0, p}, f"[TB.2.8] pad {p} must see root and itself"
+            assert not np.isin(pads, got.first_child[b]).any() and not np.isin(pads, got.next_sibling[b]).any()
+            assert (got.first_child[b, pads] == -1).all() and (got.next_sibling[b, pads] == -1).all()
 
 
 # --- TB.3 Layouts -----------------------------------------------------------------------------------------
@@ -370,31 +377,31 @@ def test_pad_slots(impl, case):
 def test_layouts_consistent_with_parents(impl, case):
     """Each layout recomputed independently from the parent array (oracle: ancestor closure)."""
     lp, B, prefix = case.top_logp, case.budget, case.prefix_lens
-    got = run(impl, case)
-    D = 1 + B
-    W = (D + 31) // 32
-    assert got.visibility.shape == (lp.shape[0], D, W) and got.visibility.dtype == np.uint32
-    offset = 0
-    for b in range(lp.shape[0]):
-        n = int(got.n_nodes[b])
-        closure = oracles.ancestor_closure(got.parents[b], n)
-        packed = np.zeros((D, W), np.uint32)
-        for i, j in zip(*np.nonzero(closure)):
-            packed[i, j // 32] |= np.uint32(1) << np.uint32(j % 32)
-        assert_bit_exact(got.visibility[b], packed, what="visibility", spec_id="TB.3.1", context={"request": b})
-        assert_bit_exact(
-            got.positions[b], (prefix[b] + got.depths[b]).astype(np.int32), what="positions", spec_id="TB.3.2"
-        )
-        fc, ns = hh.links_of(got.parents[b, :n], D)
-        assert_bit_exact(got.first_child[b], fc, what="first_child", spec_id="TB.3.3")
-        assert_bit_exact(got.next_sibling[b], ns, what="next_sibling", spec_id="TB.3.3")
-        if case.with_full_mask:
-            size = D * (int(prefix[b]) + D)
-            block = got.full_mask[offset : offset + size].reshape(D, int(prefix[b]) + D)
-            want = np.concatenate([np.ones((D, int(prefix[b])), bool), closure], axis=1)
-            assert_bit_exact(block, want, what="full_mask", spec_id="TB.3.4", context={"request": b})
-            offset += size
-    assert got.full_mask.shape == (offset,), "[TB.3.4] FULL_MASK is made when asked for, and only then"
+    for got in runs(impl, case):
+        D = 1 + B
+        W = (D + 31) // 32
+        assert got.visibility.shape == (lp.shape[0], D, W) and got.visibility.dtype == np.uint32
+        offset = 0
+        for b in range(lp.shape[0]):
+            n = int(got.n_nodes[b])
+            closure = oracles.ancestor_closure(got.parents[b], n)
+            packed = np.zeros((D, W), np.uint32)
+            for i, j in zip(*np.nonzero(closure)):
+                packed[i, j // 32] |= np.uint32(1) << np.uint32(j % 32)
+            assert_bit_exact(got.visibility[b], packed, what="visibility", spec_id="TB.3.1", context={"request": b})
+            assert_bit_exact(
+                got.positions[b], (prefix[b] + got.depths[b]).astype(np.int32), what="positions", spec_id="TB.3.2"
+            )
+            fc, ns = hh.links_of(got.parents[b, :n], D)
+            assert_bit_exact(got.first_child[b], fc, what="first_child", spec_id="TB.3.3")
+            assert_bit_exact(got.next_sibling[b], ns, what="next_sibling", spec_id="TB.3.3")
+            if case.with_full_mask:
+                size = D * (int(prefix[b]) + D)
+                block = got.full_mask[offset : offset + size].reshape(D, int(prefix[b]) + D)
+                want = np.concatenate([np.ones((D, int(prefix[b])), bool), closure], axis=1)
+                assert_bit_exact(block, want, what="full_mask", spec_id="TB.3.4", context={"request": b})
+                offset += size
+        assert got.full_mask.shape == (offset,), "[TB.3.4] FULL_MASK is made when asked for, and only then"
 
 
 # --- TB.4 Execution properties ------------------------------------------------------------------------------
@@ -451,7 +458,8 @@ def test_inputs_that_force_the_select_fallback(impl, name):
             for b in range(lp.shape[0])
         )
         assert misses > 0
-    check_matches_reference(run(impl, case), case)
+    for got in runs(impl, case):
+        check_matches_reference(got, case)
 
 
 def _chain_shortcut_misses(lp, ranks, depths, parents, scores) -> int:
@@ -481,7 +489,7 @@ def _select_reporting_fallbacks(variant):
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
-    return tree_build_ops.bind(spec)
+    return tree_build_ops.bind(spec, **{k: 1 for k in spec.knobs if k == "race_min_b"})  # race at every budget
 
 
 @pytest.mark.gpu
@@ -506,11 +514,11 @@ def test_race_beyond_a_wave_replays_alone(B, L, K):
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     bs = 2 * runtime.sm_count() + 1
-    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count()) == "lane_cached", "the rule changed"
+    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count(), 1) == "lane_cached", "the rule changed"
     rng = np.random.default_rng(B)
     lp = hh.logp_rows(rng, (bs, L, K), "bf16", 0.3)
     case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, K)), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
-    got = tree_build_ops.bind(specs.get("tree_build", "select_race"))(**case.args)
+    got = tree_build_ops.bind(specs.get("tree_build", "select_race"), race_min_b=1)(**case.args)
     check_matches_reference(got, case)
 
 

@@ -32,11 +32,22 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "(long long)D * D * b + (long long)D * s_prefix_sum",
         "(long long)D * D * b + s_prefix_sum",
     ),
-    # tree_build:lane_cached (KDTR_TB_POP = 1): the cached lane bests, the key order, the rescan, the ties
+    # tree_build:lane_cached (KDTR_TB_POP = 2): the cached lane bests and their successors, the key order, the
+    # rescan, the ties, the sibling links
     "k_tb_lane_child_not_compared": (  # a lane keeps its stale best when it receives a better first child
         "tree_build",
-        "(bj < 0 || s3 > bs || (s3 == bs && before(s3, m3, bs, bm, words, nwords)))",
-        "(bj < 0)",
+        "      n += 1;\n      changed = true;\n",
+        "      n += 1;\n",
+    ),
+    "k_tb_lane_stale_successors": (  # a new best keeps the successor scores of the lane's previous best
+        "tree_build",
+        "if (bj >= 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
+        "if (bj < 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
+    ),
+    "k_tb_lane_sibling_link_to_parent": (  # the next-sibling link written on the parent, not the previous sibling
+        "tree_build",
+        "else o.next[gen] = node;",
+        "else o.next[e.parent] = node;",
     ),
     "k_tb_lane_signed_zero_key": (  # -0.0 keyed below +0.0: equal scores ordered by sign, not by rank tuple
         "tree_build",
@@ -73,13 +84,13 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     # (the loser's count, not its nodes: a loser's half-written parent chain can loop the layouts' ancestor walk)
     "k_tb_race_loser_count": (
         "tree_build",
-        "const int n = selection_won ? s_count_sel : s_count;",
-        "const int n = selection_won ? s_count : s_count_sel;",
+        "const int n = selection_won ? race_word >> kRaceCountShift : s_count;",
+        "const int n = selection_won ? s_count : race_word >> kRaceCountShift;",
     ),
     "k_tb_race_unchecked_win": (
         "tree_build",
-        "if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);",
-        "if (g.tid == 0 && st != kOverflow) atomicCAS(&s_race, kUndecided, kSelectWon);",
+        "      if (g.tid == 0 && st == kSelected)\n",
+        "      if (g.tid == 0 && st != kOverflow)\n",
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (

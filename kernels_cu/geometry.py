@@ -71,7 +71,7 @@ def _library() -> ctypes.CDLL:
     lib.kdtr_tree_build_geometry.restype = None
     lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
     lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
-    lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 3
+    lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
     lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
     lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
     lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
@@ -95,11 +95,12 @@ def tree_build(
     return int(out[0]), int(out[1]), int(out[2])
 
 
-def tree_build_race_launch(bs: int, B: int, sm_count: int) -> str | None:
-    """A race build's launch for bs requests on sm_count SMs: None when it races the selection, else the
-    tree_build variant whose build runs the batch instead (the replay's, on small CTAs)."""
+def tree_build_race_launch(bs: int, B: int, sm_count: int, min_b: int) -> str | None:
+    """A race build's launch for bs requests on sm_count SMs, racing from budget min_b (the spec's
+    KDTR_TB_RACE_MIN_B): None when it races the selection, else the tree_build variant whose build runs the batch
+    instead (the replay's, on small CTAs)."""
     lib = _library()
-    if lib.kdtr_tree_build_race_selects(bs, B, sm_count):
+    if lib.kdtr_tree_build_race_selects(bs, B, sm_count, min_b):
         return None
     return lib.kdtr_tree_build_wide_batch_variant().decode()
 

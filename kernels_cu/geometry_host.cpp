@@ -20,7 +20,9 @@ void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int 
 
 // tree_build, a race build: whether a launch of bs requests on sm_count SMs races the selection (else it is the
 // launch of the variant kdtr_tree_build_wide_batch_variant() names).
-int kdtr_tree_build_race_selects(int bs, int B, int sm_count) { return tree_build_race_selects(bs, B, sm_count); }
+int kdtr_tree_build_race_selects(int bs, int B, int sm_count, int min_b) {
+  return tree_build_race_selects(bs, B, sm_count, min_b);
+}
 const char* kdtr_tree_build_wide_batch_variant() { return KDTR_TB_WIDE_BATCH_VARIANT; }
 
 // tree_accept: dynamic shared memory for tree width D.

@@ -19,7 +19,7 @@
 #include "tree_build.cuh"
 
 #ifndef KDTR_TB_POP
-#define KDTR_TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (see the pop loops)
+#define KDTR_TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (lane_cached_replay)
 #endif
 #ifndef KDTR_TB_SELECT
 #define KDTR_TB_SELECT 0  // 1: select-then-verify first, the lane-cached replay (KDTR_TB_POP 1) where it fails
@@ -82,7 +82,7 @@ __device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uin
   return a.depth < b.depth;
 }
 
-// ---- the lane-cached pop (KDTR_TB_POP = 1) ---------------------------------------------------------------
+// ---- the lane-cached pop's entries (KDTR_TB_POP = 1) ------------------------------------------------------
 // A frontier entry as (score, meta): meta packs parent (11 bits), rank (10 bits) and depth (6 bits).
 __device__ __forceinline__ int pack_meta(int parent, int rank, int depth) {
   return parent | (rank << 11) | (depth << 21);
@@ -299,8 +299,11 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
 
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
-// A race's outcome (KDTR_TB_RACE): undecided, or which build finished first.
+// A race's outcome (KDTR_TB_RACE): undecided, or which build finished first. The race's word holds it in its low
+// two bits and, when the selection won, 1 + the selection's node count above them (kRaceCountShift): the winner's
+// one atomic write hands over both, so the layouts read nothing the losing side may still write.
 enum RaceState { kUndecided = 0, kSelectWon = 1, kReplayWon = 2 };
+constexpr int kRaceCountShift = 2;
 
 // The threads that finish a selection (rank, check, write S): the whole block, or in a race every warp but the
 // replay's (warp 1), synchronised by the named barrier 1 so that the racing warp never has to join.
@@ -314,7 +317,9 @@ struct SelectGroup {
 };
 
 // A race's state as one warp sees it (lane 0's read, so that the warp decides as one).
-__device__ __forceinline__ int race_state(const volatile int* race) { return __shfl_sync(0xffffffffu, *race, 0); }
+__device__ __forceinline__ int race_state(const volatile int* race) {
+  return __shfl_sync(0xffffffffu, *race, 0) & ((1 << kRaceCountShift) - 1);
+}
 
 // Where a build writes its nodes in pop order, for the layouts (D of each; index 0 is the root).
 struct BuiltNodes {
@@ -350,7 +355,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   int stage = 0;
   for (int k = 2; k / 2 < nc; k <<= 1, ++stage) {
     if (race != nullptr) {
-      if (tid == 0) sh_lost[stage] = *race == kReplayWon;
+      if (tid == 0) sh_lost[stage] = (*race & ((1 << kRaceCountShift) - 1)) == kReplayWon;
       g.sync();
       if (sh_lost[stage]) return kOverflow;  // lost the race: the replay's tree is taken
     }
@@ -890,6 +895,114 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
 }
 }  // namespace
 
+// ---- the lane-cached pop (KDTR_TB_POP = 1) ---------------------------------------------------------------
+// One warp replays the heap. Lane l owns the frontier slots j*32 + l and caches in registers the best of them
+// (score, meta) and that best's two successor scores (its next sibling's and its first child's), computed when
+// the entry becomes the lane's best. A pop is two warp max-reductions of the lanes' 64-bit order keys and a
+// ballot (a warp-uniform loop of rank-tuple compares only when several lanes tie in score), then one shuffle of
+// the winner's meta and first-child score: the popping lane records the node and puts the next sibling in the
+// popped slot, the lane whose turn it is (round robin, so no lane holds more than 1 + ceil(B/32) entries) takes
+// the first child, and those two lanes rescan their own slots on one code path. The node is linked to its
+// previous sibling through the generator index each slot keeps, so no per-parent last-child array is read.
+// (Computing the successors at pop time, after the broadcast, and lane 0's bookkeeping made the first version
+// 10-12 % slower at B = 64: kernels_cu/PERF_NOTES.md.)
+// Frontier: score [F], meta [F], generator node [F], F = 32 * tree_build_lane_slots(B) (16 bytes a slot).
+__device__ __forceinline__ void lane_successors(double s, int m, const float* lp, int ls, int L, int K, double* s2,
+                                                double* s3) {
+  const Entry e = unpack(s, m);
+  const float* row = lp + size_t(e.depth - 1) * ls;
+  *s2 = e.rank + 1 < K ? __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1])) : -CUDART_INF;
+  *s3 = e.depth < L ? __dadd_rn(e.score, double(lp[size_t(e.depth) * ls])) : -CUDART_INF;
+}
+
+// One warp (lane = its lane); writes the popped nodes to o (index 0, the root, preset) and 1 + their number to
+// *count. `race` (nullable): the race's word; the replay stops when the selection has won.
+__device__ __forceinline__ void lane_cached_replay(void* frontier, uint64_t* words, int nwords, const float* lp,
+                                                   int ls, int L, int K, int B, const BuiltNodes& o, int* count_out,
+                                                   int lane, const volatile int* race) {
+  const int F = 32 * tree_build_lane_slots(B);
+  double* f_score = reinterpret_cast<double*>(frontier);
+  int* f_meta = reinterpret_cast<int*>(f_score + F);
+  int* f_gen = f_meta + F;  // the node that generated the entry: its previous sibling, or its parent for rank 0
+  int n = 0;                // entries in this lane's slots (slots j*32 + lane, j < n)
+  int bj = -1;              // the slot of this lane's best entry, -1 when the lane is empty
+  double bs = 0.0;          // its score
+  int bm = 0;               // its meta
+  double s2 = -CUDART_INF, s3 = -CUDART_INF;  // its next sibling's and first child's scores (-inf: none)
+  int count = 0, rr = 1;    // nodes popped; the lane that gets the next first child
+  if (B > 0 && L > 0 && K > 0) {
+    const double s0 = double(lp[0]);  // float(lp[0][0]); never an addition (keeps -0.0)
+    if (s0 != -CUDART_INF && lane == 0) {
+      n = 1; bj = 0; bs = s0; bm = pack_meta(0, 0, 1);
+      f_score[0] = s0; f_meta[0] = bm; f_gen[0] = 0;
+      lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);
+    }
+  }
+  uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
+  while (count < B) {
+    if (race != nullptr && count % KDTR_TB_RACE_POLL == 0 && race_state(race) == kSelectWon) break;
+    const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
+    const unsigned mhi = __reduce_max_sync(0xffffffffu, hi);
+    if (mhi == 0u) break;  // the frontier is empty
+    const unsigned mlo = __reduce_max_sync(0xffffffffu, hi == mhi ? lo : 0u);
+    unsigned tied = __ballot_sync(0xffffffffu, hi == mhi && lo == mlo);
+    int w = __ffs(tied) - 1;
+    if (tied & (tied - 1)) {  // equal scores in several lanes: the rank tuples decide (warp-uniform loop)
+      double es = __shfl_sync(0xffffffffu, bs, w);
+      int em = __shfl_sync(0xffffffffu, bm, w);
+      for (tied &= tied - 1; tied; tied &= tied - 1) {
+        const int o2 = __ffs(tied) - 1;
+        const double os = __shfl_sync(0xffffffffu, bs, o2);
+        const int om = __shfl_sync(0xffffffffu, bm, o2);
+        if (before(os, om, es, em, words, nwords)) { w = o2; es = os; em = om; }
+      }
+    }
+    const int node = count + 1;
+    const int em = __shfl_sync(0xffffffffu, bm, w);
+    const double c3 = __shfl_sync(0xffffffffu, s3, w);  // the new node's first child (all lanes: rr moves on it)
+    const Entry e = unpack(0.0, em);
+    for (int x = lane; x < nwords; x += 32)
+      words[node * nwords + x] = words[e.parent * nwords + x] | rank_bits(e.depth, e.rank, x);
+    const bool child = c3 != -CUDART_INF;
+    const int to = rr;
+    if (child) rr = (rr + 1) & 31;
+    bool changed = false;
+    if (lane == w) {  // record the node; the popped slot takes the next sibling, or the lane's last entry
+      const int j = bj * 32 + lane;
+      const int gen = f_gen[j];
+      o.parent[node] = e.parent; o.depth[node] = e.depth; o.rank[node] = e.rank; o.score[node] = bs;
+      if (e.rank == 0) o.first[e.parent] = node; else o.next[gen] = node;
+      if (s2 != -CUDART_INF) {
+        f_score[j] = s2; f_meta[j] = pack_meta(e.parent, e.rank + 1, e.depth); f_gen[j] = node;
+      } else {
+        n -= 1;
+        const int last = n * 32 + lane;
+        f_score[j] = f_score[last]; f_meta[j] = f_meta[last]; f_gen[j] = f_gen[last];
+      }
+      changed = true;
+    }
+    __syncwarp();  // the new node's tuple words are visible before any tie comparison below
+    if (child && lane == to) {
+      const int j = n * 32 + lane;
+      f_score[j] = c3; f_meta[j] = pack_meta(node, 0, e.depth + 1); f_gen[j] = node;
+      n += 1;
+      changed = true;
+    }
+    if (changed) {  // the popping lane and the child's lane find their new bests and those bests' successors
+      bj = -1;
+      for (int j = 0; j < n; ++j) {
+        const double sc = f_score[j * 32 + lane];
+        const int mc = f_meta[j * 32 + lane];
+        if (bj < 0 || sc > bs || (sc == bs && before(sc, mc, bs, bm, words, nwords))) { bj = j; bs = sc; bm = mc; }
+      }
+      if (bj >= 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);
+      key = bj >= 0 ? order_key(bs) : 0ull;
+    }
+    count = node;
+  }
+  if (lane == 0) *count_out = count + 1;
+}
+
 // Host-side geometry, evaluated by the same constexpr functions the kernel uses: out[0] = dynamic shared
 // memory bytes, out[1] = lp_in_smem, out[2] = select_cap, for budget B, depth L, K_in and the device's
 // per-block limit.
@@ -1040,14 +1153,14 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     }
     if (lane == 0) s_count = count + 1;
   }
-#elif KDTR_TB_POP == 1
+#else
   bool replay = true;
   // whether this launch selects at all (the geometry gave it candidates, and the budget is one it selects for)
   [[maybe_unused]] const bool select_on =
       KDTR_TB_SELECT && select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
 #if KDTR_TB_RACING
   // The selection's own nodes, in its region ahead of U; the replay writes s_*, the layouts read the winner's.
-  __shared__ int s_race, s_count_sel;
+  __shared__ int s_race;
   double* r_score = reinterpret_cast<double*>(smem + lay.select);
   int* r_parent = reinterpret_cast<int*>(r_score + D);
   const BuiltNodes selected{r_score, r_parent, r_parent + D, r_parent + 2 * D, r_parent + 3 * D, r_parent + 4 * D};
@@ -1056,7 +1169,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       selected.parent[i] = -1; selected.depth[i] = 0; selected.rank[i] = -1; selected.first[i] = -1;
       selected.next[i] = -1; selected.score[i] = i == 0 ? 0.0 : -CUDART_INF;
     }
-  if (tid == 0) { s_race = kUndecided; s_count_sel = 0; }
+  if (tid == 0) s_race = kUndecided;
   __syncthreads();
 #endif
 #if KDTR_TB_SELECT
@@ -1084,11 +1197,13 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
         if (tid == 0) { s_gen[0] = st; s_gen[1] = n_u; s_gen[2] = chain_failed; }
       }
       g.sync();
+      int count_sel = 0;  // g.tid 0's: select_finish writes it there, and the same thread hands it over
       const int st = s_gen[0] != kSelected
                          ? s_gen[0]
-                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &s_count_sel, g,
+                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &count_sel, g,
                                          &s_race);
-      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);
+      if (g.tid == 0 && st == kSelected)
+        atomicCAS(&s_race, kUndecided, kSelectWon | count_sel << kRaceCountShift);
     }
 #else
     if (tid < 32) {
@@ -1114,98 +1229,15 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   }
 #endif
   // ---- the pops: one warp (warp 0, or warp 1 in a race), each lane caching the best of its own slots -------
-  // A pop is two warp max-reductions of the lanes' 64-bit keys, a ballot, and the broadcast of the winner's
-  // entry; no lane scans the whole frontier. Only the popping lane rescans its own slots (at most
-  // 1 + ceil(B/32)); the lane that receives the new first child compares it with its cached best.
   if (replay && (tid >> 5) == (KDTR_TB_RACING ? 1 : 0)) {
     const int lane = tid & 31;
     for (int x = lane; x < nwords; x += 32) words[x] = 0ull;  // the root's tuple (a failed selection used it)
     __syncwarp();
-    double* f_score = reinterpret_cast<double*>(frontier);                      // [32 * slots]
-    int* f_meta = reinterpret_cast<int*>(f_score + 32 * tree_build_lane_slots(B));  // [32 * slots]
-    int n = 0;          // entries in this lane's slots (slots j*32 + lane, j < n)
-    int bj = -1;        // the slot of this lane's best entry, -1 when the lane is empty
-    double bs = 0.0;    // its score
-    int bm = 0;         // its meta
-    int count = 0, rr = 1;  // nodes popped; the lane that gets the next first child
-    if (B > 0 && L > 0 && K > 0) {
-      const double s0 = double(lp[0]);  // float(lp[0][0]); never an addition (keeps -0.0)
-      if (s0 != -CUDART_INF && lane == 0) {
-        n = 1; bj = 0; bs = s0; bm = pack_meta(0, 0, 1);
-        f_score[0] = s0; f_meta[0] = bm;
-      }
-    }
-    while (count < B) {
 #if KDTR_TB_RACING
-      if (count % KDTR_TB_RACE_POLL == 0 && race_state(&s_race) == kSelectWon) break;  // the selection won
-#endif
-      const uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
-      const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
-      const unsigned mhi = __reduce_max_sync(0xffffffffu, hi);
-      if (mhi == 0u) break;  // the frontier is empty
-      const unsigned mlo = __reduce_max_sync(0xffffffffu, hi == mhi ? lo : 0u);
-      unsigned tied = __ballot_sync(0xffffffffu, hi == mhi && lo == mlo);
-      int w = __ffs(tied) - 1;
-      double es = __shfl_sync(0xffffffffu, bs, w);
-      int em = __shfl_sync(0xffffffffu, bm, w);
-      if (tied & (tied - 1)) {  // equal scores in several lanes: the rank tuples decide (warp-uniform loop)
-        for (tied &= tied - 1; tied; tied &= tied - 1) {
-          const int o = __ffs(tied) - 1;
-          const double os = __shfl_sync(0xffffffffu, bs, o);
-          const int om = __shfl_sync(0xffffffffu, bm, o);
-          if (before(os, om, es, em, words, nwords)) { w = o; es = os; em = om; }
-        }
-      }
-      const Entry e = unpack(es, em);
-      const int node = count + 1;
-      for (int x = lane; x < nwords; x += 32)
-        words[node * nwords + x] = words[e.parent * nwords + x] | rank_bits(e.depth, e.rank, x);
-      if (lane == 0) {
-        s_parent[node] = e.parent; s_depth[node] = e.depth; s_rank[node] = e.rank; s_score[node] = e.score;
-        if (s_last[e.parent] < 0) s_first[e.parent] = node; else s_next[s_last[e.parent]] = node;
-        s_last[e.parent] = node;
-      }
-      const float* row = lp + size_t(e.depth - 1) * lp_stride;
-      const bool has2 = e.rank + 1 < K;
-      const double s2 = has2 ? __dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]))
-                             : -CUDART_INF;
-      const bool has3 = e.depth < L;
-      const double s3 = has3 ? __dadd_rn(e.score, double(lp[size_t(e.depth) * lp_stride])) : -CUDART_INF;
-      const int m3 = pack_meta(node, 0, e.depth + 1);
-      __syncwarp();  // the new node's tuple words are visible before any tie comparison below
-      if (lane == w) {  // the popped slot takes the next sibling, or the lane's last entry
-        const int j = bj;
-        if (s2 != -CUDART_INF) {
-          f_score[j * 32 + lane] = s2; f_meta[j * 32 + lane] = pack_meta(e.parent, e.rank + 1, e.depth);
-        } else {
-          n -= 1;
-          f_score[j * 32 + lane] = f_score[n * 32 + lane]; f_meta[j * 32 + lane] = f_meta[n * 32 + lane];
-        }
-      }
-      if (s3 != -CUDART_INF) {
-        if (lane == rr) {
-          f_score[n * 32 + lane] = s3; f_meta[n * 32 + lane] = m3;
-          n += 1;
-          if (lane != w && (bj < 0 || s3 > bs || (s3 == bs && before(s3, m3, bs, bm, words, nwords)))) {
-            bj = n - 1; bs = s3; bm = m3;
-          }
-        }
-        rr = (rr + 1) & 31;
-      }
-      if (lane == w) {  // rescan this lane's slots
-        bj = -1;
-        for (int j = 0; j < n; ++j) {
-          const double sc = f_score[j * 32 + lane];
-          const int mc = f_meta[j * 32 + lane];
-          if (bj < 0 || sc > bs || (sc == bs && before(sc, mc, bs, bm, words, nwords))) { bj = j; bs = sc; bm = mc; }
-        }
-      }
-      count = node;
-      __syncwarp();
-    }
-    if (lane == 0) s_count = count + 1;
-#if KDTR_TB_RACING
+    lane_cached_replay(frontier, words, nwords, lp, lp_stride, L, K, B, replayed, &s_count, lane, &s_race);
     if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);  // no-op when the selection won first
+#else
+    lane_cached_replay(frontier, words, nwords, lp, lp_stride, L, K, B, replayed, &s_count, lane, nullptr);
 #endif
   }
 #endif
@@ -1213,9 +1245,10 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 
   // ---- outputs, all threads -----------------------------------------------------------------------------
 #if KDTR_TB_RACING
-  const bool selection_won = s_race == kSelectWon;
+  const int race_word = s_race;
+  const bool selection_won = (race_word & ((1 << kRaceCountShift) - 1)) == kSelectWon;
   const BuiltNodes built = selection_won ? selected : replayed;
-  const int n = selection_won ? s_count_sel : s_count;
+  const int n = selection_won ? race_word >> kRaceCountShift : s_count;
 #else
   const BuiltNodes built = replayed;
   const int n = s_count;
@@ -1253,7 +1286,10 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       }
       acc |= 1u << (j & 31);
       if (j == 0) break;
-      j = real ? built.parent[j] : 0;
+      // A parent is always an earlier node; a broken build (a kernel mutant) may say otherwise, and then the walk
+      // goes to the root instead of looping: its wrong parents still fail the checks, and the launch ends.
+      const int p = real ? built.parent[j] : 0;
+      j = p >= 0 && p < j ? p : 0;
     }
     vrow[0] = acc;
   }

@@ -90,13 +90,15 @@ KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_
   return (select_policy != 0 && B > 0 && cap >= B + 2) ? int(cap) : 0;
 }
 
-// A race build's launch (KDTR_TB_RACE = 1) for bs requests on sm_count SMs. The race's CTA (256 threads of ~100
-// registers, the candidates in shared memory) runs about one per SM, so beyond one wave of them (two at B >= 512,
-// where the selection is 2.5x as fast as the replay) the replay's own build (KDTR_TB_WIDE_BATCH_VARIANT: 128
-// threads of 48 registers, ten or more to an SM) finishes the batch first (kernels_cu/PERF_NOTES.md). A launch
-// of the race build with select capacity 0 would replay too, but on the race's big CTA (measured 19 % slower
-// than lane_cached at bs 1024, B 64).
+// A race build's launch (KDTR_TB_RACE = 1) for bs requests on sm_count SMs: whether it races, or hands the batch
+// to the replay's own build (KDTR_TB_WIDE_BATCH_VARIANT: 128 threads of 48 registers, ten or more to an SM). The
+// race's CTA (256 threads of ~100 registers, the candidates in shared memory) runs about one per SM, so beyond one
+// wave of them (two at B >= 512, where the selection is 2.5x as fast as the replay) the replay's build finishes
+// the batch first; and below the budget min_b (the spec's KDTR_TB_RACE_MIN_B) the replay alone is as fast as the
+// selection on shallow trees and faster on deep ones, where the race also slows the replay down
+// (kernels_cu/PERF_NOTES.md). A launch of the race build with select capacity 0 would replay too, but on the
+// race's big CTA (measured 19 % slower than lane_cached at bs 1024, B 64).
 #define KDTR_TB_WIDE_BATCH_VARIANT "lane_cached"
-KDTR_HD constexpr bool tree_build_race_selects(int bs, int B, int sm_count) {
-  return (long long)bs <= (long long)sm_count * (B >= 512 ? 2 : 1);
+KDTR_HD constexpr bool tree_build_race_selects(int bs, int B, int sm_count, int min_b) {
+  return B >= min_b && (long long)bs <= (long long)sm_count * (B >= 512 ? 2 : 1);
 }

@@ -28,13 +28,14 @@ from .arrays import (
 from .specs import KernelSpec
 
 
-def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
-    """Validate a tree_build call (the contract's signature) and set it up on the device for `spec`."""
+def prepare(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Prepared:
+    """Validate a tree_build call (the contract's signature) and set it up on the device for `spec`. race_min_b
+    (a race build's tuning knob): the budget the launch races from, instead of the spec's KDTR_TB_RACE_MIN_B."""
     lib, like, host, dev = split_args(TREE_BUILD, TREE_BUILD.bind(*args, **kwargs))
     checked = TREE_BUILD.validate(**host)
     if dev["prefix_lens"] is None:  # the contract's default (zeros), staged from the host
         dev["prefix_lens"] = checked.args["prefix_lens"]
-    st, _, launch, collect = _setup(spec, lib, like, dev, checked.dims)
+    st, _, launch, collect = _setup(spec, lib, like, dev, checked.dims, race_min_b)
     return Prepared(st, launch, collect)
 
 
@@ -48,7 +49,7 @@ class Deferred(Prepared):
         self.check = check_fn
 
 
-def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Deferred:
     """Set up a tree_build call on device-resident inputs (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare() would,
     from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens)."""
@@ -66,7 +67,7 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     dims = TREE_BUILD.validate_shapes(**infos).dims
     if named["prefix_lens"] is None:
         dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
-    st, ins, build, collect = _setup(spec, lib, like, dev, dims)
+    st, ins, build, collect = _setup(spec, lib, like, dev, dims, race_min_b)
     try:
         flag = st.scratch(4)
     except BaseException:
@@ -97,13 +98,14 @@ def policies(spec: KernelSpec) -> tuple[int, int, int]:
     return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
-def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
+def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int | None = None):
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    if policies(spec)[2]:  # a race build: beyond a wave of races, the replay's own build runs the batch
-        wide = geometry.tree_build_race_launch(bs, B, runtime.sm_count())
-        spec = specs.get("tree_build", wide) if wide else spec
+    if policies(spec)[2]:  # a race build: beyond a wave of races or below its budget, the replay's own build runs
+        min_b = int(spec.all_defines()["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
+        other = geometry.tree_build_race_launch(bs, B, runtime.sm_count(), min_b)
+        spec = specs.get("tree_build", other) if other else spec
     smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
     st = Staging(lib, like)
     try:
@@ -129,12 +131,12 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict):
     return st, ins, lambda: launch_kernel(spec, bs, smem, *args), collect
 
 
-def bind(spec: KernelSpec):
-    """The op function of `spec`, with the contract's signature and documentation."""
+def bind(spec: KernelSpec, race_min_b: int | None = None):
+    """The op function of `spec`, with the contract's signature and documentation (race_min_b: see prepare)."""
 
     @TREE_BUILD.implements
     def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with_full_mask=False):
-        return run(prepare(spec, **call_args(TREE_BUILD, locals())))
+        return run(prepare(spec, **call_args(TREE_BUILD, locals()), race_min_b=race_min_b))
 
     tree_build.__doc__ = f"CUDA tree_build, variant {spec.variant}: {spec.description}.\n\n{tree_build.__doc__}"
     return tree_build

@@ -30,44 +30,50 @@ from harness.compare import assert_bit_exact
 from kernels_cu import specs, tree_build_ops
 from reference import tree_build as ref
 
-# clock64() marks in the lane-cached pop loop (source patches, as the harness's kernel mutants are): thread 0
-# of request 0 writes cycles into positions[0, :8] = [before the pops, winner found, node recorded, new
-# entries placed, rescan + loop end, pops total, whole kernel, nodes]; segments summed over the pops.
+# clock64() marks in the lane-cached pop loop (source patches, as the harness's kernel mutants are): lane 0 of
+# the replaying warp sums cycles into shared accumulators, and thread 0 of request 0 writes positions[0, :8] =
+# [before the pops, winner found (reductions, ballot, shuffles), node recorded + sibling placed, first child
+# placed, rescans + successors, pops end, whole kernel, nodes]; segments summed over the pops.
 PROFILE = (
+    ('#include "tree_build.cuh"\n', '#include "tree_build.cuh"\n__shared__ long long kdtr_lp[8];\n'),
     (
         "  const int tid = threadIdx.x;\n  // Every log-prob",
-        "  const int tid = threadIdx.x;\n  const long long prof_t0 = clock64();\n"
-        "  long long prof[6] = {0, 0, 0, 0, 0, 0};\n  // Every log-prob",
+        "  const int tid = threadIdx.x;\n"
+        "  if (tid == 0) { for (int k = 0; k < 7; ++k) kdtr_lp[k] = 0; kdtr_lp[7] = clock64(); }\n"
+        "  __syncthreads();\n  // Every log-prob",
     ),
     (
-        "    while (count < B) {\n#if KDTR_TB_RACING",
-        "    prof[0] = clock64() - prof_t0;\n    while (count < B) {\n      const long long pc0 = clock64();\n"
-        "#if KDTR_TB_RACING",
+        "  while (count < B) {\n    if (race != nullptr",
+        "  if (lane == 0) kdtr_lp[0] = clock64() - kdtr_lp[7];\n"
+        "  while (count < B) {\n    const long long pc0 = clock64();\n    if (race != nullptr",
     ),
     (
-        "      const Entry e = unpack(es, em);\n",
-        "      const Entry e = unpack(es, em);\n      const long long pc1 = clock64();\n      prof[1] += pc1 - pc0;\n",
+        "    const double c3 = __shfl_sync(0xffffffffu, s3, w);",
+        "    const double c3 = __shfl_sync(0xffffffffu, s3, w);\n"
+        "    const long long pc1 = clock64();\n    if (lane == 0) kdtr_lp[1] += pc1 - pc0;",
     ),
     (
-        "      __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n",
-        "      __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n"
-        "      const long long pc2 = clock64();\n      prof[2] += pc2 - pc1;\n",
+        "    __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n"
+        "    if (child && lane == to) {",
+        "    __syncwarp();  // the new node's tuple words are visible before any tie comparison below\n"
+        "    const long long pc2 = clock64();\n    if (lane == 0) kdtr_lp[2] += pc2 - pc1;\n"
+        "    if (child && lane == to) {",
     ),
     (
-        "      if (lane == w) {  // rescan this lane's slots\n",
-        "      const long long pc3 = clock64();\n      prof[3] += pc3 - pc2;\n"
-        "      if (lane == w) {  // rescan this lane's slots\n",
+        "    if (changed) {  // the popping lane",
+        "    const long long pc3 = clock64();\n    if (lane == 0) kdtr_lp[3] += pc3 - pc2;\n"
+        "    if (changed) {  // the popping lane",
     ),
     (
-        "      count = node;\n      __syncwarp();\n    }\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
-        "      count = node;\n      __syncwarp();\n      prof[4] += clock64() - pc3;\n    }\n"
-        "    prof[5] = clock64() - prof_t0;\n    if (lane == 0) s_count = count + 1;\n  }\n#e",
+        "    count = node;\n  }\n  if (lane == 0) *count_out = count + 1;\n",
+        "    if (lane == 0) kdtr_lp[4] += clock64() - pc3;\n    count = node;\n  }\n"
+        "  if (lane == 0) kdtr_lp[5] = clock64() - kdtr_lp[7];\n  if (lane == 0) *count_out = count + 1;\n",
     ),
     (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
         "  __syncthreads();\n  if (tid == 0 && b == 0) {\n"
-        "    for (int k = 0; k < 6; ++k) positions[k] = int(prof[k]);\n"
-        "    positions[6] = int(clock64() - prof_t0);\n    positions[7] = n;\n  }\n"
+        "    for (int k = 0; k < 6; ++k) positions[k] = int(kdtr_lp[k]);\n"
+        "    positions[6] = int(clock64() - kdtr_lp[7]);\n    positions[7] = n;\n  }\n"
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
     ),
 )
@@ -132,7 +138,7 @@ PROFILE_RACE = (
     ),
     (
         "    if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);",
-        "    if (lane == 0) { kdtr_rp[0] = clock64() - prof_t0; kdtr_rp[4] = count; }\n"
+        "    if (lane == 0) { kdtr_rp[0] = clock64() - prof_t0; kdtr_rp[4] = s_count - 1; }\n"
         "    if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);",
     ),
     (
@@ -141,19 +147,19 @@ PROFILE_RACE = (
         "        if (tid == 0) kdtr_rp[1] = clock64() - prof_t0;\n      }\n      g.sync();",
     ),
     (
-        "      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);",
-        "      if (g.tid == 0 && st == kSelected) atomicCAS(&s_race, kUndecided, kSelectWon);\n"
+        "        atomicCAS(&s_race, kUndecided, kSelectWon | count_sel << kRaceCountShift);",
+        "        atomicCAS(&s_race, kUndecided, kSelectWon | count_sel << kRaceCountShift);\n"
         "      if (g.tid == 0) kdtr_rp[2] = clock64() - prof_t0;",
     ),
     (
-        "  const bool selection_won = s_race == kSelectWon;\n",
-        "  const bool selection_won = s_race == kSelectWon;\n  const long long prof_both = clock64() - prof_t0;\n",
+        "  const int race_word = s_race;\n",
+        "  const int race_word = s_race;\n  const long long prof_both = clock64() - prof_t0;\n",
     ),
     (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
         "  __syncthreads();\n  if (tid == 0) {\n    int* pr = positions + size_t(b) * D;\n"
         "    for (int k = 0; k < 3; ++k) pr[k] = int(kdtr_rp[k]);\n    pr[3] = int(prof_both);\n"
-        "    pr[4] = s_race;\n    pr[5] = int(kdtr_rp[4]);\n    pr[6] = int(clock64() - prof_t0);\n  }\n"
+        "    pr[4] = s_race & 3;\n    pr[5] = int(kdtr_rp[4]);\n    pr[6] = int(clock64() - prof_t0);\n  }\n"
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
     ),
 )
@@ -181,7 +187,7 @@ def profile(cells, select_designs=("select_warp",)):
     """Cycle breakdown of the lane-cached pop loops (request 0) and of select designs' phases (request 0, and
     for bs > 1 the spread over every request) on the benchmark's and the peaked inputs."""
     lane = dataclasses.replace(designs()["lane_cached"], variant="lane_cached_profile", patches=PROFILE)
-    names = ("before pops", "winner", "record+scores", "insert", "rescan+sync", "pops total", "kernel")
+    names = ("before pops", "winner", "record+sibling", "child", "rescan+successors", "pops end", "kernel")
     for bs, B in cells:
         pos = _profiled_positions(lane, bench_inputs(bs, B), 8)
         pops = max(int(pos[7]) - 1, 1)
@@ -251,6 +257,7 @@ def designs() -> dict[str, specs.KernelSpec]:
     )
     race = out["select_race"]
     out["select_race_replay_only"] = race.with_defines("select_race_replay_only", KDTR_TB_SELECT_MIN_B="100000")
+    out["select_race_every_b"] = race.with_defines("select_race_every_b", KDTR_TB_RACE_MIN_B="1")  # no hand-off
     out["select_race_poll16"] = race.with_defines("select_race_poll16", KDTR_TB_RACE_POLL="16")
     out["select_race_cap8"] = race.with_defines("select_race_cap8", KDTR_TB_SELECT="2")
     out["select_race_mb3"] = race.with_defines("select_race_mb3", KDTR_TB_MIN_BLOCKS="3")

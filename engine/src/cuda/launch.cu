@@ -64,8 +64,9 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
   const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
   const bool race = std::stoi(v.define("KDTR_TB_RACE")) != 0;
-  // a race build: beyond a wave of races, the replay's own build runs the batch (tree_build.cuh)
-  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count))
+  // a race build: beyond a wave of races or below its budget, the replay's own build runs the batch
+  // (tree_build.cuh)
+  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("KDTR_TB_RACE_MIN_B"))))
     return launch_tree_build(pick("tree_build", KDTR_TB_WIDE_BATCH_VARIANT), d);
   const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
   int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage, race);
