@@ -389,7 +389,8 @@ def main(argv=None):
     ap.add_argument("--variants", default="select_warp,select_verify", help="fallbacks: the select variants")
     ap.add_argument("--budgets", default="16,64,256,1024", help="time: the budgets B of the grid")
     ap.add_argument("--cells", default="1x16,1x64,1x256,1x1024", help="profile: bs x B cells")
-    ap.add_argument("--profile-designs", default="select_warp", help="profile: the select designs")
+    ap.add_argument("--profile-designs", default="select_warp", help="profile: the select designs ('' for none)")
+    ap.add_argument("--no-profile-race", dest="profile_race", action="store_false", help="profile: skip the race's")
     a = ap.parse_args(argv)
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
     budgets = [int(x) for x in a.budgets.split(",")]
@@ -398,8 +399,9 @@ def main(argv=None):
         grid = [(1, 16), (1, 64), (64, 64), (256, 64), (1, 256), (1, 1024)]
     if a.what == "profile":
         cells = [tuple(int(x) for x in c.split("x")) for c in a.cells.split(",")]
-        profile(cells, a.profile_designs.split(","))
-        profile_race(cells)
+        profile(cells, [d for d in a.profile_designs.split(",") if d])
+        if a.profile_race:
+            profile_race(cells)
         return
     if a.what == "fallbacks":
         for v in a.variants.split(","):  # one file per variant: F.json -> F-VARIANT.json
