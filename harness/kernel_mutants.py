@@ -32,7 +32,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "(long long)D * D * b + (long long)D * s_prefix_sum",
         "(long long)D * D * b + s_prefix_sum",
     ),
-    # tree_build:lane_cached (KDTR_TB_POP = 2): the cached lane bests and their successors, the key order, the
+    # tree_build:lane_cached (KDTR_TB_POP = 1): the cached lane bests and their successors, the key order, the
     # rescan, the ties, the sibling links
     "k_tb_lane_child_not_compared": (  # a lane keeps its stale best when it receives a better first child
         "tree_build",

@@ -46,7 +46,7 @@ KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_
   const long long D = B + 1;
   TreeBuildSmem s{};
   const long long F = 32LL * tree_build_lane_slots(B);  // frontier slots (>= D)
-  s.frontier = 0;                                       // [F] slots of 16 bytes (Entry, or score + meta)
+  s.frontier = 0;                                       // [F] slots of 16 bytes (Entry, or score, meta, generator)
   s.words = s.frontier + F * 16;                        // uint64 [D * rank words]
   const long long replay_end = s.words + D * tree_build_rank_words(L) * 8;
   const long long candidates = select_cap * tree_build_select_node_bytes(L);
