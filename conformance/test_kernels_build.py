@@ -148,10 +148,10 @@ def test_race_geometry_and_launch_rule():
     assert geometry.tree_build(64, 15, 64, 0, 2, 1, 1)[2] == 0  # nothing fits: the replay alone
     # one race per SM, two at B >= 512, and from the spec's budget on; otherwise the batch goes to lane_cached
     min_b = int(specs.get("tree_build", "select_race").all_defines()["KDTR_TB_RACE_MIN_B"])
-    assert min_b == 128
-    assert geometry.tree_build_race_launch(132, 128, 132, min_b) is None
-    assert geometry.tree_build_race_launch(133, 128, 132, min_b) == "lane_cached"
-    assert geometry.tree_build_race_launch(1, 64, 132, min_b) == "lane_cached"
+    assert min_b == 256
+    assert geometry.tree_build_race_launch(132, 256, 132, min_b) is None
+    assert geometry.tree_build_race_launch(133, 256, 132, min_b) == "lane_cached"
+    assert geometry.tree_build_race_launch(1, 128, 132, min_b) == "lane_cached"
     assert geometry.tree_build_race_launch(1, 64, 132, 1) is None
     assert geometry.tree_build_race_launch(264, 512, 132, min_b) is None
     assert geometry.tree_build_race_launch(265, 1024, 132, min_b) == "lane_cached"
