@@ -304,21 +304,23 @@ enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
 // one atomic write hands over both, so the layouts read nothing the losing side may still write.
 enum RaceState { kUndecided = 0, kSelectWon = 1, kReplayWon = 2 };
 constexpr int kRaceCountShift = 2;
+__device__ __forceinline__ int race_winner(int word) { return word & ((1 << kRaceCountShift) - 1); }
 
-// The threads that finish a selection (rank, check, write S): the whole block, or in a race every warp but the
-// replay's (warp 1), synchronised by the named barrier 1 so that the racing warp never has to join.
+// The threads that finish a selection (rank, check, write S): the whole block (race == nullptr), or in a race
+// every warp but the replay's (warp 1), synchronised by the named barrier 1 so that the racing warp never has
+// to join, and stopping when the race's word says the replay has won.
 struct SelectGroup {
   int tid, size;
-  bool race;
+  const volatile int* race;
   __device__ __forceinline__ void sync() const {
-    if (race) asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
+    if (race != nullptr) asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
     else __syncthreads();
   }
 };
 
 // A race's state as one warp sees it (lane 0's read, so that the warp decides as one).
 __device__ __forceinline__ int race_state(const volatile int* race) {
-  return __shfl_sync(0xffffffffu, *race, 0) & ((1 << kRaceCountShift) - 1);
+  return race_winner(__shfl_sync(0xffffffffu, *race, 0));
 }
 
 // Where a build writes its nodes in pop order, for the layouts (D of each; index 0 is the root).
@@ -334,7 +336,7 @@ struct BuiltNodes {
 // row stride ls. Returns kSelected, or kUnverified (o untouched unless KDTR_TB_FALLBACK is 0).
 __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chain_failed, const float* lp, int ls,
                                              int L, int K, int B, const BuiltNodes& o, int* count,
-                                             const SelectGroup g, const volatile int* race) {
+                                             const SelectGroup g) {
   __shared__ int sh_fail, sh_last;
   // In a race, whether the replay has won, sampled by thread 0 once per sort stage into its own word (read by
   // every thread after the next barrier, so all of g leave together; a word is never rewritten).
@@ -354,8 +356,8 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   g.sync();
   int stage = 0;
   for (int k = 2; k / 2 < nc; k <<= 1, ++stage) {
-    if (race != nullptr) {
-      if (tid == 0) sh_lost[stage] = (*race & ((1 << kRaceCountShift) - 1)) == kReplayWon;
+    if (g.race != nullptr) {
+      if (tid == 0) sh_lost[stage] = race_winner(*g.race) == kReplayWon;
       g.sync();
       if (sh_lost[stage]) return kOverflow;  // lost the race: the replay's tree is taken
     }
@@ -577,7 +579,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KDTR_BLOCK, nullptr});
 }
 
 // ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
@@ -636,8 +638,8 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 }
 
 // The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
-// than B do. The items' 20-bit prefixes v = key >> kPrefixShift (0 below tau) sit in registers up to 32 * kRaiseRegItems
-// of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
+// than B do. The items' 20-bit prefixes v = key >> kPrefixShift (0 below tau) sit in registers up to
+// 32 * kRaiseRegItems of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
 // W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
 // log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
 // registers but twice as much once the items are read from shared memory (kernels_cu/PERF_NOTES.md).
@@ -1190,7 +1192,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     __shared__ int s_gen[3];  // warp 0's outcome, |U|, chain failed
 #if KDTR_TB_RACING
     if ((tid >> 5) != 1) {  // warp 1 runs the replay below meanwhile; no block barrier until both are done
-      const SelectGroup g{tid < 32 ? tid : tid - 32, KDTR_BLOCK - 32, true};
+      const SelectGroup g{tid < 32 ? tid : tid - 32, KDTR_BLOCK - 32, &s_race};
       if (tid < 32) {
         int n_u = 0, chain_failed = 0;
         const int st = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed, &s_race);
@@ -1200,8 +1202,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
       int count_sel = 0;  // g.tid 0's: select_finish writes it there, and the same thread hands it over
       const int st = s_gen[0] != kSelected
                          ? s_gen[0]
-                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &count_sel, g,
-                                         &s_race);
+                         : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, selected, &count_sel, g);
       if (g.tid == 0 && st == kSelected)
         atomicCAS(&s_race, kUndecided, kSelectWon | count_sel << kRaceCountShift);
     }
@@ -1214,7 +1215,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     __syncthreads();
     const int st = s_gen[0] != kSelected ? s_gen[0]
                                          : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, replayed,
-                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, false}, nullptr);
+                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, nullptr});
 #endif
 #else
     const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, replayed, &s_count);
@@ -1246,7 +1247,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   // ---- outputs, all threads -----------------------------------------------------------------------------
 #if KDTR_TB_RACING
   const int race_word = s_race;
-  const bool selection_won = (race_word & ((1 << kRaceCountShift) - 1)) == kSelectWon;
+  const bool selection_won = race_winner(race_word) == kSelectWon;
   const BuiltNodes built = selection_won ? selected : replayed;
   const int n = selection_won ? race_word >> kRaceCountShift : s_count;
 #else

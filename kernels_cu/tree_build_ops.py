@@ -98,14 +98,22 @@ def policies(spec: KernelSpec) -> tuple[int, int, int]:
     return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
+def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None) -> KernelSpec:
+    """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
+    races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh)."""
+    d = spec.all_defines()
+    if not int(d["KDTR_TB_RACE"]):
+        return spec
+    min_b = int(d["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
+    other = geometry.tree_build_race_launch(bs, B, runtime.sm_count(), min_b)
+    return specs.get("tree_build", other) if other else spec
+
+
 def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int | None = None):
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    if policies(spec)[2]:  # a race build: beyond a wave of races or below its budget, the replay's own build runs
-        min_b = int(spec.all_defines()["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
-        other = geometry.tree_build_race_launch(bs, B, runtime.sm_count(), min_b)
-        spec = specs.get("tree_build", other) if other else spec
+    spec = _launched(spec, bs, B, race_min_b)
     smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
     st = Staging(lib, like)
     try:

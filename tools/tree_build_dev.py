@@ -159,15 +159,15 @@ PROFILE_RACE = (
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
         "  __syncthreads();\n  if (tid == 0) {\n    int* pr = positions + size_t(b) * D;\n"
         "    for (int k = 0; k < 3; ++k) pr[k] = int(kdtr_rp[k]);\n    pr[3] = int(prof_both);\n"
-        "    pr[4] = s_race & 3;\n    pr[5] = int(kdtr_rp[4]);\n    pr[6] = int(clock64() - prof_t0);\n  }\n"
+        "    pr[4] = race_winner(s_race);\n    pr[5] = int(kdtr_rp[4]);\n    pr[6] = int(clock64() - prof_t0);\n  }\n"
         "  if (full_mask == nullptr) return;  // the FULL_MASK layout is opt-in\n",
     ),
 )
 RACE_MARKS = ("replay_end", "gen_end", "finish_end", "both_done", "winner", "pops", "kernel")
 
 
-def profile_race(cells, names=("select_race",)):
-    """select_race's timeline per request (cycles): when the replay ended, when the generation and the finish
+def profile_race(cells, names=("select_race_every_b",)):
+    """The race build's timeline per request (cycles): when the replay ended, when the generation and the finish
     ended, when both were done, who won."""
     for name in names:
         spec = dataclasses.replace(designs()[name], variant=f"{name}_profile", patches=PROFILE_RACE)
@@ -255,9 +255,11 @@ def designs() -> dict[str, specs.KernelSpec]:
     out["select_warp_b128_mb8"] = dataclasses.replace(warp, block=128).with_defines(
         "select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8"
     )
-    race = out["select_race"]
+    # the race build's designs race at every budget (select_race's launch hands B < KDTR_TB_RACE_MIN_B over to
+    # lane_cached's build; a design that did too would time lane_cached there)
+    race = out["select_race"].with_defines("select_race_every_b", KDTR_TB_RACE_MIN_B="1")
+    out["select_race_every_b"] = race
     out["select_race_replay_only"] = race.with_defines("select_race_replay_only", KDTR_TB_SELECT_MIN_B="100000")
-    out["select_race_every_b"] = race.with_defines("select_race_every_b", KDTR_TB_RACE_MIN_B="1")  # no hand-off
     out["select_race_poll16"] = race.with_defines("select_race_poll16", KDTR_TB_RACE_POLL="16")
     out["select_race_cap8"] = race.with_defines("select_race_cap8", KDTR_TB_SELECT="2")
     out["select_race_mb3"] = race.with_defines("select_race_mb3", KDTR_TB_MIN_BLOCKS="3")
@@ -272,6 +274,8 @@ def fallbacks(json_path=None, variant="select_warp"):
     """A select variant built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
     candidates overflowed), over many requests of each input family: the fallback rate per (inputs, B)."""
     spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
+    if int(spec.all_defines()["KDTR_TB_RACE"]):  # its launches of 1024 requests would run lane_cached's build
+        raise SystemExit(f"fallbacks: {variant} selects as select_warp does; measure select_warp")
     rows = []
     families = (
         ("bench", bench_inputs),
