@@ -7,10 +7,11 @@
 //   nvcc -arch=sm_90 -lineinfo -o named_barrier_race tools/sanitizer/named_barrier_race.cu
 //   compute-sanitizer --tool racecheck ./named_barrier_race 0   (no named barrier: the control)
 //   compute-sanitizer --tool racecheck ./named_barrier_race 3   (three named barriers before the writes)
+//   compute-sanitizer --tool racecheck ./named_barrier_race 3 2 (the same, the block barrier as bar.sync 2, 256)
 #include <cstdio>
 #include <cstdlib>
 
-__global__ void __launch_bounds__(256) pattern(int* out, int named_barriers) {
+__global__ void __launch_bounds__(256) pattern(int* out, int named_barriers, int block_barrier_id) {
   __shared__ int x[224];
   __shared__ int y[32];
   const int tid = threadIdx.x;
@@ -21,22 +22,25 @@ __global__ void __launch_bounds__(256) pattern(int* out, int named_barriers) {
   } else {
     y[tid - 32] = tid;  // warp 1 works on its own data meanwhile
   }
-  __syncthreads();
+  if (block_barrier_id == 0) __syncthreads();
+  else asm volatile("bar.sync 2, 256;" ::: "memory");
   out[blockIdx.x * 256 + tid] = x[(tid * 7) % 224] + (tid < 32 ? y[tid] : 0);
 }
 
 int main(int argc, char** argv) {
   const int named = argc > 1 ? std::atoi(argv[1]) : 0;
+  const int block_barrier = argc > 2 ? std::atoi(argv[2]) : 0;  // 0: __syncthreads(), else bar.sync 2, 256
   const int blocks = 4;
   int* out = nullptr;
   if (cudaMalloc(&out, blocks * 256 * sizeof(int)) != cudaSuccess) return 2;
-  pattern<<<blocks, 256>>>(out, named);
+  pattern<<<blocks, 256>>>(out, named, block_barrier);
   int host[blocks * 256];
   if (cudaMemcpy(host, out, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) return 2;
   int bad = 0;
   for (int b = 0; b < blocks; ++b)
     for (int t = 0; t < 256; ++t) bad += host[b * 256 + t] != 3 * ((t * 7) % 224) + 1 + (t < 32 ? t + 32 : 0);
-  std::printf("named barriers %d: %d wrong values\n", named, bad);
+  std::printf("named barriers %d, block barrier %s: %d wrong values\n", named,
+              block_barrier ? "bar.sync 2, 256" : "__syncthreads()", bad);
   cudaFree(out);
   return bad ? 1 : 0;
 }
