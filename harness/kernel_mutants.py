@@ -156,66 +156,67 @@ MUTANTS: dict[str, tuple[str, ...]] = {
 }
 
 SM90A = "tree_verify_sm90a.cu"
-# tree_verify, variant sm90a: the same bugs in its own source, and the ones its machinery makes possible
+# tree_verify, variant sm90a: the same bugs in its own source, and the ones its machinery makes possible (the
+# two warpgroups' exchange of P, running max and rescale factors, the per-slab barriers, the buffer refills)
 MUTANTS |= {
     "k_tv90_mask_transposed": (
         "tree_verify",
-        "tree_bit(vis_b, W, qi[h], p - P)",
-        "tree_bit(vis_b, W, p - P, qi[h])",
+        "tree_bit(x.vis_b, x.W, qi[h], p - x.P)",
+        "tree_bit(x.vis_b, x.W, p - x.P, qi[h])",
         SM90A,
     ),
     "k_tv90_tree_rows_shifted": (
         "tree_verify",
-        "(p < P || tree_bit(vis_b, W, qi[h], p - P))",
-        "(p < P || (p > P && tree_bit(vis_b, W, qi[h], p - P - 1)))",
+        "(p < x.P || tree_bit(x.vis_b, x.W, qi[h], p - x.P))",
+        "(p < x.P || (p > x.P && tree_bit(x.vis_b, x.W, qi[h], p - x.P - 1)))",
         SM90A,
     ),
     "k_tv90_tile_key_cap_off_by_one": (
         "tree_verify",
-        "if (ke > static_cast<long long>(P) + i_max + 1) ke = static_cast<long long>(P) + i_max + 1;",
-        "if (ke > static_cast<long long>(P) + i_max) ke = static_cast<long long>(P) + i_max;",
+        "if (ke > static_cast<long long>(x.P) + i_max + 1) ke = static_cast<long long>(x.P) + i_max + 1;",
+        "if (ke > static_cast<long long>(x.P) + i_max) ke = static_cast<long long>(x.P) + i_max;",
         SM90A,
     ),
     "k_tv90_block_table_of_request0": (
         "tree_verify",
-        "const int* bt = block_table + static_cast<size_t>(b) * max_pages;",
-        "const int* bt = block_table;",
+        "x.bt = block_table + static_cast<size_t>(b) * max_pages;",
+        "x.bt = block_table;",
         SM90A,
     ),
     "k_tv90_running_max_not_rescaled": (
         "tree_verify",
-        "for (int e = 0; e < 32; ++e) o[n][e] *= alpha[(e >> 1) & 1];",
+        "for (int e = 0; e < 32; ++e) o[n][e] *= c[(e >> 1) & 1];",
         "for (int e = 0; e < 32; ++e) o[n][e] *= 1.f;",
         SM90A,
     ),
     "k_tv90_lse_without_scale": (
         "tree_verify",
         "lse[static_cast<size_t>(b) * QH + R] = m_run[h] + logf(l);",
-        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] / scale + logf(l);",
+        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] / x.scale + logf(l);",
         SM90A,
     ),
     "k_tv90_split_lse_without_scale": (
         "tree_verify",
         "part_lse[off * QH + R] = l > 0.f ? m_run[h] + logf(l) : neg_inf();",
-        "part_lse[off * QH + R] = l > 0.f ? m_run[h] / scale + logf(l) : neg_inf();",
+        "part_lse[off * QH + R] = l > 0.f ? m_run[h] / x.scale + logf(l) : neg_inf();",
         SM90A,
     ),
     "k_tv90_tail_rows_not_zeroed": (  # rows past prefix_len + Q in the last page reach P·V (0 x NaN)
         "tree_verify",
-        "if (k0 + kBN > kend) {  // last block",
-        "if (false) {  // last block",
+        "if (j != nblk - 1 || nv >= kBN) return false;",
+        "if (true) return false;",
         SM90A,
     ),
     "k_tv90_unmasked_boundary_block": (  # the prefix fast path taken by a block holding tree rows
         "tree_verify",
-        "k0 + kBN <= kend && k0 + kBN <= P;",
-        "k0 + kBN <= kend && k0 <= P;",
+        "k0 + kBN <= x.kend && k0 + kBN <= x.P;",
+        "k0 + kBN <= x.kend && k0 <= x.P;",
         SM90A,
     ),
     "k_tv90_keys_before_split_seen": (  # the first block's keys before the split start counted twice
         "tree_verify",
-        "(p >= kbeg && p < kend && (p < P",
-        "(p < kend && (p < P",
+        "p >= x.kbeg && p < x.kend && (p < x.P",
+        "p < x.kend && (p < x.P",
         SM90A,
     ),
     "k_tv90_q_tile_unswizzled": (
@@ -224,10 +225,40 @@ MUTANTS |= {
         "r * 128 + ((c & 7) << 4)) = v;",
         SM90A,
     ),
-    "k_tv90_v_columns_of_first_half": (
+    "k_tv90_v_columns_of_first_half": (  # warpgroup 1's P·V with its own P reads warpgroup 0's V columns
         "tree_verify",
-        "desc_sw128(sK + (half * 4 + n) * kSlab",
-        "desc_sw128(sK + n * kSlab",
+        "wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));",
+        "wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, n, kk));",
+        SM90A,
+    ),
+    "k_tv90_halves_rescaled_differently": (  # warpgroup 1 misses the even block's rescale factor
+        "tree_verify",
+        "      scale_o(o, c0);\n      pv_smem(o, x.sp(j0), x.buf(j0), 1);",
+        "      pv_smem(o, x.sp(j0), x.buf(j0), 1);",
+        SM90A,
+    ),
+    "k_tv90_rescale_of_previous_pair": (  # warpgroup 0 takes the odd block's factor before it is exchanged
+        "tree_verify",
+        "          c1[h] = x.stats[192 + ra + 8 * h];",
+        "          c1[h] = 1.f;",
+        SM90A,
+    ),
+    "k_tv90_slab_before_its_barrier": (  # S reads slab 5 of a buffer without waiting for its copy to land
+        "tree_verify",
+        "    mbar_wait(full(j, C), parity(j));",
+        "    if (C != 5) mbar_wait(full(j, C), parity(j));",
+        SM90A,
+    ),
+    "k_tv90_refill_with_later_block": (  # warpgroup 1 refills buffer 0's V columns with the block after next
+        "tree_verify",
+        "        if (wt == 0) x.load(j0 + 2, 4, kSlabs);",
+        "        if (wt == 0) x.load(j0 + 2 < x.nblk - 2 ? j0 + 4 : j0 + 2, 4, kSlabs);",
+        SM90A,
+    ),
+    "k_tv90_l_of_even_blocks_only": (  # the odd blocks' softmax denominators dropped at the end
+        "tree_verify",
+        "const float l = sL[r] + sL[64 + r], inv",
+        "const float l = sL[r] + 0.f * sL[64 + r], inv",
         SM90A,
     ),
 }

@@ -184,13 +184,15 @@ SPECS: tuple[KernelSpec, ...] = (
     KernelSpec(
         "tree_verify",
         "sm90a",
-        "Hopper wgmma for S and P·V, TMA copies of the paged cache into a 2-stage mbarrier ring, a producer and "
-        "two consumer warpgroups; bf16 with page sizes 8, 16, 32 or multiples of 64 (other calls are served by "
-        "portable); split-KV as portable, merged by portable's combine kernel",
+        "Hopper wgmma for S and P·V, two warpgroups each holding half of O over pairs of 64-key blocks (S of the "
+        "even block by one, of the odd block by the other, each softmax overlapping the other's products), TMA "
+        "copies of the paged cache per 64-column slab into two buffers; bf16 with page sizes 8, 16, 32 or "
+        "multiples of 64 (other calls are served by portable); split-KV as portable, merged by portable's "
+        "combine kernel",
         "tree_verify_sm90a.cu",
         "tree_verify_sm90a_kernel",
         "tree_verify_geometry_kernel",
-        384,  # tv::kSm90aThreads (the wrapper launches with the header's value)
+        256,  # tv::kSm90aThreads (the wrapper launches with the header's value)
         archs=("sm_90a",),
         knobs=("split_chunk",),
     ),

@@ -26,13 +26,15 @@ constexpr int kLatent = 512;   // V = the first 512 columns of the same cache ro
 constexpr int kThreads = 256;  // 8 warps per CTA, both portable variants
 constexpr int kBlockN = 32;    // keys per KV block of the portable variants (one pass of S, softmax, P·V)
 
-// sm90a: a producer warpgroup (one thread issues the TMA copies) and two consumer warpgroups, each owning
-// 256 of the 512 output columns of the same 64 rows; 64-key blocks in kSm90aStages shared-memory stages.
+// sm90a: two warpgroups, each owning 256 of the 512 output columns of the same 64 rows, and no producer
+// warpgroup (thread 0 of each issues the TMA copies of the KV slabs it is the last to read). 64-key blocks go
+// to two KV buffers, even blocks to buffer 0 and odd blocks to buffer 1; warpgroup 0 computes S of the even
+// blocks and warpgroup 1 of the odd ones, so S is computed once per block (kernels_cu/tree_verify_sm90a.cu).
 // Tiles are stored as TMA's 128-byte swizzle writes them: 9 slabs of 64 columns (128 bytes per row), each
-// slab 64 rows x 128 bytes, so a q or KV tile is 9 x 8192 bytes and every slab starts 1024-byte aligned.
-constexpr int kSm90aThreads = 384;
+// slab 64 rows x 128 bytes, so a KV buffer is 9 x 8192 bytes and every slab starts 1024-byte aligned.
+constexpr int kSm90aThreads = 256;
 constexpr int kSm90aBlockN = 64;
-constexpr int kSm90aStages = 2;
+constexpr int kSm90aStages = 2;  // KV buffers
 constexpr int kSm90aSlabBytes = 64 * 128;
 constexpr int kSm90aTileBytes = 9 * kSm90aSlabBytes;
 
@@ -70,10 +72,15 @@ TV_HD constexpr int smem_kv_stage_bytes(int v) { return kBlockN * row_pitch(v) *
 TV_HD constexpr int smem_s_offset(int v) { return smem_kv_offset(v) + kv_stages(v) * smem_kv_stage_bytes(v); }
 TV_HD constexpr int smem_p_offset(int v) { return smem_s_offset(v) + s_parts(v) * m_tile(v) * s_pitch(v) * 4; }
 TV_HD constexpr int smem_stats_offset(int v) { return smem_p_offset(v) + m_tile(v) * p_pitch(v) * elem_bytes(v); }
-// sm90a: the q tile, the KV stages, then the full and empty mbarrier of each stage (8 bytes each); the
-// kernel rounds the dynamic shared-memory base up to 1024 bytes (the swizzle atom), hence the slack.
-TV_HD constexpr int sm90a_bar_offset() { return (1 + kSm90aStages) * kSm90aTileBytes; }
-TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + 2 * kSm90aStages * 8 + 1024; }
+// sm90a (offsets from the dynamic shared-memory base rounded up to 1024 bytes, the swizzle atom, hence the
+// slack): the q tile, the two KV buffers, the row statistics the warpgroups exchange (running max and rescale
+// factor of each warpgroup, and the two partial sums l: 6 x 64 floats), then one mbarrier per slab of each
+// buffer (2 x 9). The P tile a warpgroup hands to the other (64 x 64 bf16, one slab) is written over its
+// block's slab 8 (the rope columns, needed only by S, which is done by then).
+TV_HD constexpr int sm90a_kv_offset() { return kSm90aTileBytes; }
+TV_HD constexpr int sm90a_stats_offset() { return sm90a_kv_offset() + kSm90aStages * kSm90aTileBytes; }
+TV_HD constexpr int sm90a_bar_offset() { return sm90a_stats_offset() + 6 * 64 * 4; }
+TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + kSm90aStages * 9 * 8 + 1024; }
 // portable: alpha (the per-block rescale), then the final l of every row
 TV_HD constexpr int smem_bytes(int v) {
   return v == kSm90a ? sm90a_smem_bytes() : smem_stats_offset(v) + 2 * m_tile(v) * 4;

@@ -85,6 +85,17 @@ def smoke() -> int:
         (BF16, 1, 40, 128, [100], 64, 33),
         (BF16, 1, 1025, 1, [37], 64, None),
         (np.float32, 1, 300, 2, [0], 100, 96),
+        # sm90a's paths: page sizes 8 / 32 / 128, odd and even block counts per split (the two warpgroups' pairs),
+        # a last block cut mid-page, forced chunks that are not whole blocks, several row tiles
+        (BF16, 2, 9, 3, [200, 130], 8, None),
+        (BF16, 2, 9, 3, [200, 130], 8, 70),
+        (BF16, 1, 5, 16, [1000], 32, 100),
+        (BF16, 1, 5, 16, [1000], 32, None),
+        (BF16, 2, 3, 64, [700, 64], 128, None),
+        (BF16, 2, 3, 64, [700, 64], 128, 192),
+        (BF16, 1, 2, 64, [127], 64, None),
+        (BF16, 1, 2, 64, [190], 64, None),
+        (BF16, 1, 33, 8, [300], 16, 128),
     ]
     for dtype, bs, Q, H, pre, page, chunk in shapes:
         pars = [tree(rng, Q) for _ in range(bs)]
@@ -272,13 +283,27 @@ def ceilings():
     return copy, mm
 
 
-VERSUS_CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk): compute-bound first, then memory-bound
+VERSUS_CONFIGS = [  # (bs, Q, H, prefix, dtype, chunk): the shapes issue 25 quotes, latency to compute-bound
+    (1, 2, 64, 8192, "bf16", None),
+    (1, 1, 16, 32768, "bf16", None),
+    (128, 1, 16, 8192, "bf16", None),
+    (128, 1, 128, 8192, "bf16", None),
+    (32, 2, 128, 8192, "bf16", None),
+    (32, 4, 128, 8192, "bf16", None),
     (8, 64, 128, 8192, "bf16", None),
-    (1, 16, 64, 32768, "bf16", None),
-    (32, 1, 128, 8192, "bf16", None),
-    (1, 1, 64, 32768, "bf16", None),
-    (8, 16, 64, 8192, "bf16", None),
     (1, 64, 64, 32768, "bf16", None),
+    (32, 16, 64, 8192, "bf16", None),
+]
+# sm90a alone with forced split chunks: where the default split rule should sit
+CHUNK_CONFIGS = [
+    (1, 2, 64, 8192, "bf16", 256),
+    (1, 2, 64, 8192, "bf16", 128),
+    (1, 1, 16, 32768, "bf16", 256),
+    (128, 1, 128, 8192, "bf16", 1024),
+    (128, 1, 128, 8192, "bf16", 2048),
+    (128, 1, 128, 8192, "bf16", 8256),
+    (128, 1, 16, 8192, "bf16", 2048),
+    (32, 2, 128, 8192, "bf16", 2048),
 ]
 
 
@@ -296,9 +321,15 @@ def versus(json_path=None) -> int:
         a, b = pr["portable"], pr["sm90a"]
         print(f"| {a['bs']} | {a['Q']} | {a['H']} | {a['prefix']} | {a['us']:.1f} | {b['us']:.1f} | "
               f"{a['us'] / b['us']:.2f} | {b['tflops']:.0f} | {b['gbs']:.0f} ({b['pct_copy']:.0f} %) |")  # fmt: skip
+    chunked = [time_one(*c, copy=copy, mm=mm, spec=specs.get("tree_verify", "sm90a")) for c in CHUNK_CONFIGS]
+    print("\n| bs | Q | H | prefix | chunk x splits | CTAs | sm90a µs | TFLOP/s | GB/s (% copy) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for b in chunked:
+        print(f"| {b['bs']} | {b['Q']} | {b['H']} | {b['prefix']} | {b['chunk']} x {b['splits']} | {b['ctas']} | "
+              f"{b['us']:.1f} | {b['tflops']:.0f} | {b['gbs']:.0f} ({b['pct_copy']:.0f} %) |")  # fmt: skip
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "versus": rows}, f, indent=1)
+            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "versus": rows, "chunks": chunked}, f, indent=1)
     return 0
 
 

@@ -46,15 +46,19 @@ for s in $STAGES; do case $s in
     grep -E '^\||^ceilings' "$OUT/logs/timing.log" >"$OUT/timing.md"
     cat "$OUT/timing.md" ;;
   versus)
-    stage versus 180 $PY tools/tree_verify_dev.py versus --json "$OUT/versus.json"
+    stage versus 300 $PY tools/tree_verify_dev.py versus --json "$OUT/versus.json"
     grep -E '^\||^ceilings' "$OUT/logs/versus.log" >"$OUT/versus.md"
     cat "$OUT/versus.md" ;;
   profile)  # Nsight Compute on one compute-bound launch (clocks left as they are)
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    stage ncu 120 "$NCU" --clock-control none --kernel-name tree_verify_bf16_kernel --launch-skip 2 --launch-count 1 \
-      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section WarpStateStats --section Occupancy --section LaunchStats $PY tools/tree_verify_dev.py profile
-    grep -E "Duration|Throughput|Pipe|Stall|Warp Cycles|Issue|Bank|Registers|Achieved Occupancy|SM Frequency" \
-      "$OUT/logs/ncu.log" | head -60 >"$OUT/ncu.txt" ;;
+    for v in ${PROFILE_VARIANTS:-portable sm90a}; do
+      k=tree_verify_bf16_kernel; [ "$v" = sm90a ] && k=tree_verify_sm90a_kernel
+      stage "ncu_$v" 120 "$NCU" --clock-control none --kernel-name "$k" --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --section WarpStateStats --section Occupancy --section LaunchStats $PY tools/tree_verify_dev.py profile \
+        --variant "$v"
+      grep -E "Duration|Throughput|Pipe|Stall|Warp Cycles|Issue|Bank|Registers|Achieved Occupancy|SM Frequency" \
+        "$OUT/logs/ncu_$v.log" | head -60 >"$OUT/ncu_$v.txt"
+    done ;;
 esac; done
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs" "$OUT/.cache"

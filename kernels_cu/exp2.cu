@@ -1,0 +1,692 @@
+// tree_verify, variant "sm90a": the maths of the portable variant (kernels_cu/tree_verify.cu: problem, grid,
+// split-KV, masking by selection, numerics) on Hopper's asynchronous machinery. Built for sm_90a only.
+//
+// CTA = 64 (query, head) rows of one request x one split, two warpgroups of 128 threads (tree_verify.cuh).
+// Warpgroup 0 owns output columns 0..255, warpgroup 1 columns 256..511; both keep their half of O (64 x 256
+// fp32, 128 registers a thread) for the whole split. The split's 64-key blocks are taken in pairs: the even
+// block j0 lives in KV buffer 0 and its S = q·kᵀ is computed by warpgroup 0, the odd block j1 in buffer 1 and
+// its S by warpgroup 1, so S is computed once per block and one warpgroup's softmax runs while the other's
+// matrix products keep the tensor cores busy. One pair (m = running max, c0/c1 = rescale factors):
+//
+//   warpgroup 0                                    warpgroup 1
+//   softmax of S(j0) against m: m0, c0, P0         .
+//   P0 -> sP0 (bf16), m0, c0 -> shared    --R0-->  wait; O1 *= c0; O1 += P0·V(j0)[256..511] (P0 from sP0)
+//   O0 *= c0; O0 += P0·V(j0)[0..255]               softmax of S(j1) against m0: m1, c1, P1
+//   refill buffer 0 slabs 0-3, 8 (block j0+2)      P1 -> sP1, m1, c1 -> shared  --R1-->
+//   wait; O0 *= c1; O0 += P1·V(j1)[0..255]  <--    (P0·V done) refill buffer 0 slabs 4-7  --P0 free-->
+//   S(j0+2), slabs 0-3 and 8 first                 O1 *= c1; O1 += P1·V(j1)[256..511]
+//   (P1·V done) refill buffer 1 slabs 0-3          refill buffer 1 slabs 4-8
+//   S(j0+2), slabs 4-7                             S(j1+2)
+//
+// Both halves of O use the same bf16 P of each block; l (the softmax denominator) is summed by the warpgroup
+// that computed the block's P, from its fp32 values, and the two partial sums are added at the end. A slab of
+// a buffer is refilled by the warpgroup that reads it last, right after its last read completes; every slab has
+// its own mbarrier, so S starts on the slabs that have landed while the others are still in flight.
+//
+// q: slabs 0..7 (its 512 latent columns) in shared memory, written by the threads; its 64 rope columns as
+// wgmma A fragments in each thread's registers (that slab's shared memory holds sP1 instead).
+//
+// Keys and rows. A split covers keys [kbeg, kend) (kend cut at the tile's last query's own tree row, as in
+// portable); blocks start at kbeg rounded down to 64, so with a page size dividing 64 (or a multiple of 64)
+// every block is whole pages (or one piece of a page), which is what a TMA box can fetch. Keys before kbeg
+// in the first block are the request's own (finite) rows, masked out by selection. Only pages holding keys
+// below kend are fetched (a block-table entry past the request's need is never read); in the last block,
+// the rows at or past kend (stale rows of an earlier block, or rows of the last page past prefix_len + Q,
+// which may hold NaN) are zeroed by the warpgroup that computed its S before any P·V reads them, so P·V never
+// multiplies a non-finite value (0 x NaN = NaN; TV.3.1). Prefix-only blocks (every key below prefix_len and
+// inside the split) skip the mask altogether.
+//
+// Layout of a 64-row tile (q, or a KV buffer): 9 slabs of 64 columns; slab c holds row r's columns
+// 64c .. 64c+63 at 8192c + 128r, its 16-byte chunk k stored at chunk k ^ (r % 8) (the 128-byte swizzle TMA
+// writes and wgmma reads). sP0 and sP1 (64 rows x 64 keys, bf16) use the same layout.
+#include "common.cuh"
+#include "tree_verify.cuh"
+
+namespace {
+
+constexpr int kRows = 64;                   // rows per CTA = wgmma M
+constexpr int kBN = tv::kSm90aBlockN;       // keys per block = wgmma N of S, K of P·V
+constexpr int kSlab = tv::kSm90aSlabBytes;  // bytes per 64-column slab of a 64-row tile
+constexpr int kTile = tv::kSm90aTileBytes;  // bytes per KV buffer
+constexpr int kSlabs = tv::kHeadDim / 64;   // 9
+constexpr int kCols = tv::kLatent / 2;      // output columns per warpgroup (256)
+static_assert(tv::m_tile(tv::kSm90a) == kRows && tv::threads(tv::kSm90a) == 256 && kBN == 64, "the layout below");
+static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buffer 1");
+
+// Named barriers (0 is __syncthreads). R0/R1: a warpgroup's P, max and rescale factor of its block are in
+// shared memory (the other warpgroup waits); kBarP0Free: warpgroup 1's read of sP0 has completed; kBarWg*:
+// one warpgroup's own threads (after zeroing the last block's tail rows).
+constexpr int kBarR0 = 1;
+constexpr int kBarR1 = 2;
+constexpr int kBarP0Free = 3;
+constexpr int kBarWg0 = 4;  // warpgroup 1 uses kBarWg0 + 1
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------ mbarrier
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Generic-proxy writes to shared memory (q, P, zeroed rows) made visible to the async proxy (wgmma).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// ------------------------------------------------------------------------------------------------ TMA
+// Box {64 columns, box_rows rows, 1 page} of the cache viewed as [pages][page_size][576] (innermost first in
+// the coordinates), into shared memory at dst, completing its bytes on the mbarrier.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(tmap), "r"(col), "r"(row), "r"(page), "r"(bar)
+      : "memory");
+}
+
+// ------------------------------------------------------------------------------------------------ wgmma
+// Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr >> 4) & 0x3FFF) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+// K-major 64-row operand (q, a KV buffer read as Kᵀ, sP): k-step ks of slab c starts 32·ks bytes into the
+// swizzled rows; 8-row groups are 1024 bytes apart.
+__device__ __forceinline__ uint64_t desc_k(uint32_t base, int c, int ks) {
+  return desc_sw128(base + c * kSlab + ks * 32, 16, 1024);
+}
+// V read MN-major: one instruction spans one 64-column slab (one swizzle atom wide), k-step kk is 16 keys =
+// 16 rows of 128 bytes; only the stride between 8-key row groups (1024 bytes) is used (both offsets carry it).
+__device__ __forceinline__ uint64_t desc_v(uint32_t buf, int c, int kk) {
+  return desc_sw128(buf + c * kSlab + kk * 16 * 128, 1024, 1024);
+}
+
+// Pin accumulator (or fragment) registers at this point of the program: ptxas may not move their
+// definitions past a wgmma issue or their uses above a wgmma wait (it would serialize the wgmma pipeline).
+__device__ __forceinline__ void pin(float (&r)[32]) {
+#pragma unroll
+  for (int e = 0; e < 32; ++e) asm volatile("" : "+f"(r[e])::"memory");
+}
+__device__ __forceinline__ void pin(float (&o)[4][32]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n) pin(o[n]);
+}
+__device__ __forceinline__ void pin(uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+#define TV_D32(d)                                                                                              \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define TV_R32                                                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+// D[64x64] (+)= A[64x16] · B[16x64], A and B K-major in shared memory (S = q·kᵀ).
+__device__ __forceinline__ void wgmma_ss_kk(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : TV_D32(d)
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D[64x64] += A[64x16] · B[16x64], A K-major in shared memory (sP), B MN-major in shared memory (V).
+__device__ __forceinline__ void wgmma_ss_kmn(float (&d)[32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
+      : TV_D32(d)
+      : "l"(a), "l"(b), "r"(1));
+}
+
+// D[64x64] (+)= A[64x16] · B[16x64], A in registers (q's rope columns), B K-major in shared memory (S).
+__device__ __forceinline__ void wgmma_rs_k(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+      : TV_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+}
+
+// D[64x64] += A[64x16] · B[16x64], A in registers (P), B MN-major in shared memory (V).
+__device__ __forceinline__ void wgmma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : TV_D32(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// Bit `col` of visibility row `row` of one request ([Q, W] words): does query `row` see tree row `col`?
+__device__ __forceinline__ bool tree_bit(const uint32_t* __restrict__ vis_b, int W, int row, int col) {
+  return (__ldg(vis_b + static_cast<size_t>(row) * W + (col >> 5)) >> (col & 31)) & 1u;
+}
+
+// ------------------------------------------------------------------------------------------------ pieces
+// What one CTA computes, and where its shared memory is.
+struct Cta {
+  uint32_t sQ, sP0, sP1, sKV, bars;
+  float *sM0, *sC0, *sM1, *sC1, *sL;  // [64] each (sL: [2][64])
+  int P, Q, H, W, kbeg, kend, kb0, nblk, page_size;
+  long long QH, R0, rows_here;
+  const int* bt;
+  const uint32_t* vis_b;
+  const void* kv_map;
+  float scale;
+
+  __device__ uint32_t buf(int j) const { return sKV + (j & 1) * kTile; }
+  __device__ uint32_t full(int j, int c) const { return bars + 8 * ((j & 1) * kSlabs + c); }
+  __device__ uint32_t parity(int j) const { return (j >> 1) & 1; }  // the buffer's fill count, mod 2
+
+  // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread). Only the pages (or 64-row
+  // pieces of a page) that hold keys below kend are fetched.
+  __device__ void load(int j, int c_lo, int c_hi) const {
+    const int k0 = kb0 + j * kBN;
+    const int box_rows = page_size < kBN ? page_size : kBN;
+    const int hi = kend - k0 < kBN ? kend - k0 : kBN;   // keys of this block that are needed
+    const int pieces = (hi + box_rows - 1) / box_rows;  // boxes per slab (whole pages, or a piece of one)
+    for (int c = c_lo; c < c_hi; ++c) mbar_expect_tx(full(j, c), static_cast<uint32_t>(pieces * box_rows * 128));
+    for (int pc = 0; pc < pieces; ++pc) {
+      const int p = k0 + pc * box_rows;
+      const int page = bt[p / page_size];
+      const uint32_t dst = buf(j) + pc * box_rows * 128;
+      for (int c = c_lo; c < c_hi; ++c) tma_load_3d(dst + c * kSlab, kv_map, c * 64, p % page_size, page, full(j, c));
+    }
+  }
+
+  // S of block j, slab c (4 k-steps of 16 dims), once the slab has landed; slab 8's q operand is in registers.
+  template <int C>
+  __device__ __forceinline__ void s_slab(float (&s)[32], int j, bool first, const uint32_t (&q8)[4][4]) const {
+    mbar_wait(full(j, C), parity(j));
+    wg_fence();  // after the wait's branch (else ptxas injects it, and serializes the wgmma around it)
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if constexpr (C < 8)
+        wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), !(first && ks == 0));
+      else
+        wgmma_rs_k(s, q8[ks], desc_k(buf(j), 8, ks), !(first && ks == 0));
+    }
+  }
+
+  // Zero the rows at or past kend of block j's slabs 0..7 (what P·V reads) if it is the last block and
+  // partial; the caller's warpgroup then syncs (kBarWg0 + wg) before its own P·V.
+  __device__ bool zero_tail(int j, int wt, int wg) const {
+    const int nv = kend - (kb0 + j * kBN);
+    if (j != nblk - 1 || nv >= kBN) return false;
+    for (int i = wt; i < (kBN - nv) * 64; i += 128) {
+      const int r = nv + (i >> 6), c = i & 63;  // 64 16-byte chunks per row over slabs 0..7
+      const uint32_t a = buf(j) + (c >> 3) * kSlab + r * 128 + ((c & 7) << 4);
+      asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0u) : "memory");
+    }
+    fence_async_smem();
+    bar_sync(kBarWg0 + wg, 128);
+    return true;
+  }
+};
+
+// Softmax step of one block for this thread's rows ra and ra + 8 (h = 0, 1). s[4i + e]: row ra + 8·(e >> 1),
+// key k0 + 8i + 2·(lane % 4) + (e & 1). In: raw logits, the running max m_prev. Out: s = P (fp32), the new max
+// m_new, the rescale factor c = exp(m_prev - m_new) of what came before, and the row sums of P.
+__device__ __forceinline__ void softmax_block(float (&s)[32], const Cta& x, int k0, const int (&qi)[2], int lane,
+                                              const float (&m_prev)[2], float (&m_new)[2], float (&c)[2],
+                                              float (&sum)[2]) {
+  const bool plain = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;  // prefix keys, all in the split
+  float mx[2] = {neg_inf(), neg_inf()};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int h = e >> 1, p = k0 + 8 * i + 2 * (lane & 3) + (e & 1);
+      const bool seen = plain || (p >= x.kbeg && p < x.kend && (p < x.P || tree_bit(x.vis_b, x.W, qi[h], p - x.P)));
+      s[4 * i + e] = seen ? s[4 * i + e] * x.scale : neg_inf();  // replaced, never added to
+      mx[h] = fmaxf(mx[h], s[4 * i + e]);
+    }
+  float m_use[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    m_new[h] = fmaxf(m_prev[h], mx[h]);
+    m_use[h] = m_new[h] == neg_inf() ? 0.f : m_new[h];  // a row with nothing seen yet keeps P = 0
+    c[h] = expf(m_prev[h] - m_use[h]);                  // 0 while m_prev = -inf
+    sum[h] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    s[i] = expf(s[i] - m_use[(i >> 1) & 1]);  // exp(-inf) = 0 exactly for masked keys
+    sum[(i >> 1) & 1] += s[i];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+  }
+}
+
+// P (fp32 accumulator layout) as bf16 A fragments of the P·V product: k-step kk covers keys 16kk .. 16kk + 15.
+__device__ __forceinline__ void pack_p(const float (&s)[32], uint32_t (&pb)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    pb[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+    pb[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pb[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pb[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// The same fragments into a 64 x 64 bf16 tile in shared memory (K-major, 128-byte swizzle) for the other
+// warpgroup: row r's keys 8j + 2t, +1 (t = lane % 4) are 4 bytes at r·128 + ((j ^ r % 8) << 4) + 4t.
+__device__ __forceinline__ void store_p(uint32_t sP, const uint32_t (&pb)[4][4], int ra, int lane) {
+  const int t = lane & 3, g = ra & 7;
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t a = sP + (ra + 8 * h) * 128 + ((j ^ g) << 4) + 4 * t;
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pb[j >> 1][(j & 1) * 2 + h]) : "memory");
+    }
+}
+
+__device__ __forceinline__ void scale_o(float (&o)[4][32], const float (&c)[2]) {
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) o[n][e] *= c[(e >> 1) & 1];
+}
+
+// O += P·V over one block for this warpgroup's 4 slabs of V (slabs 4·wg .. 4·wg + 3), P in registers or in
+// shared memory.
+__device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4], uint32_t vbuf, int wg) {
+  pin(o);
+  pin(pb);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk) wg_fence();  // a new A fragment (else ptxas injects the fence itself)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));
+  }
+  wg_commit();
+}
+__device__ __forceinline__ void pv_smem(float (&o)[4][32], uint32_t sP, uint32_t vbuf, int wg) {
+  pin(o);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));
+  wg_commit();
+}
+
+// ------------------------------------------------------------------------------------------------ the CTA
+__device__ __forceinline__ void tree_verify_sm90a_cta(
+    const uint16_t* __restrict__ q, const void* kv_map, const int* __restrict__ block_table,
+    const int* __restrict__ prefix_lens, const uint32_t* __restrict__ visibility, float scale, int Q, int H,
+    int page_size, int max_pages, const long long* __restrict__ split_chunk, const long long* __restrict__ split_off,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Cta x;
+  x.sQ = smem_u32(smem);
+  x.sP1 = x.sQ + tv::sm90a_p1_offset();
+  x.sKV = x.sQ + tv::sm90a_kv_offset();
+  x.sP0 = x.sQ + tv::sm90a_p0_offset();
+  x.bars = x.sQ + tv::sm90a_bar_offset();
+  float* stats = reinterpret_cast<float*>(smem + tv::sm90a_stats_offset());
+  x.sM0 = stats;
+  x.sC0 = stats + 64;
+  x.sM1 = stats + 128;
+  x.sC1 = stats + 192;
+  x.sL = stats + 256;
+
+  const int tid = threadIdx.x, wt = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform as far as the compiler can tell
+  const int w = wt >> 5, lane = tid & 31;
+  const int b = blockIdx.z, s = blockIdx.y;
+  x.P = prefix_lens[b];
+  x.Q = Q;
+  x.H = H;
+  const long long n_keys = static_cast<long long>(x.P) + Q;
+  const long long chunk = split_chunk[b];
+  const long long n_split = tv::n_splits(n_keys, chunk);
+  if (s >= n_split) return;  // the grid is sized for the request with the most splits
+  const bool split = n_split > 1;
+  x.QH = static_cast<long long>(Q) * H;
+  x.R0 = static_cast<long long>(blockIdx.x) * kRows;
+  x.rows_here = x.QH - x.R0 < kRows ? x.QH - x.R0 : kRows;
+  const int i_max = static_cast<int>((x.R0 + x.rows_here - 1) / H);  // the tile's last query
+  x.W = (Q + 31) >> 5;
+
+  long long ke = static_cast<long long>(s) * chunk + chunk;
+  if (ke > n_keys) ke = n_keys;
+  if (ke > static_cast<long long>(x.P) + i_max + 1) ke = static_cast<long long>(x.P) + i_max + 1;
+  x.kbeg = static_cast<int>(static_cast<long long>(s) * chunk);
+  x.kend = static_cast<int>(ke > x.kbeg ? ke : x.kbeg);
+  x.kb0 = x.kbeg / kBN * kBN;  // blocks start 64-aligned
+  x.nblk = x.kend > x.kbeg ? (x.kend - x.kb0 + kBN - 1) / kBN : 0;
+  x.page_size = page_size;
+  x.bt = block_table + static_cast<size_t>(b) * max_pages;
+  x.vis_b = visibility + static_cast<size_t>(b) * Q * x.W;
+  x.kv_map = kv_map;
+  x.scale = scale;
+
+  if (tid == 0) {
+    for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.bars + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // q's slabs 0..7 (all threads): 64 rows x 64 chunks of 16 bytes into the swizzled layout; rows past Q·H are
+  // zero. The rope slab goes to registers below.
+  const uint4* q_rows = reinterpret_cast<const uint4*>(q + (static_cast<size_t>(b) * x.QH + x.R0) * tv::kHeadDim);
+  for (int i = tid; i < kRows * 64; i += tv::kSm90aThreads) {
+    const int r = i >> 6, c = i & 63;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < x.rows_here) v = __ldg(q_rows + static_cast<size_t>(r) * 72 + c);
+    *reinterpret_cast<uint4*>(smem + (c >> 3) * kSlab + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;
+  }
+  fence_async_smem();
+  __syncthreads();  // barriers initialised, q in place
+
+  if (wt == 0) {  // thread 0 of each warpgroup issues TMA copies: acquire the host-written descriptor
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(kv_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(kv_map) : "memory");
+    if (wg == 0 && x.nblk > 0) x.load(0, 0, kSlabs);
+    if (wg == 1 && x.nblk > 1) x.load(1, 0, kSlabs);
+  }
+
+  // This thread's rows (the wgmma accumulator layout): ra = 16·warp + lane / 4 and ra + 8, in both warpgroups.
+  const int ra = 16 * w + (lane >> 2);
+  int qi[2];
+  uint32_t q8[4][4];  // q's rope columns 512 + 16kk .. as A fragments (rows ra, ra + 8)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long R = x.R0 + ra + 8 * h;
+    qi[h] = R < x.QH ? static_cast<int>(R / H) : Q - 1;
+  }
+  {
+    const uint32_t* q32 = reinterpret_cast<const uint32_t*>(q + (static_cast<size_t>(b) * x.QH + x.R0) * tv::kHeadDim);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = ra + 8 * (e & 1), col = 512 + 16 * kk + 8 * (e >> 1) + 2 * (lane & 3);
+        q8[kk][e] = r < x.rows_here ? __ldg(q32 + (static_cast<size_t>(r) * tv::kHeadDim + col) / 2) : 0u;
+      }
+  }
+
+  float o[4][32];
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int e = 0; e < 32; ++e) o[n][e] = 0.f;
+  float sacc[32];
+  uint32_t pb[4][4];
+  float m_run[2] = {neg_inf(), neg_inf()}, l_run[2] = {0.f, 0.f};
+  const int npairs = (x.nblk + 1) / 2;
+
+  if (wg == 0) {  // ------------------------------------------------ warpgroup 0: even blocks, columns 0..255
+    if (x.nblk > 0) {
+      pin(sacc);
+      wg_fence();
+      x.s_slab<0>(sacc, 0, true, q8);
+      x.s_slab<1>(sacc, 0, false, q8);
+      x.s_slab<2>(sacc, 0, false, q8);
+      x.s_slab<3>(sacc, 0, false, q8);
+      x.s_slab<8>(sacc, 0, false, q8);
+      x.s_slab<4>(sacc, 0, false, q8);
+      x.s_slab<5>(sacc, 0, false, q8);
+      x.s_slab<6>(sacc, 0, false, q8);
+      x.s_slab<7>(sacc, 0, false, q8);
+      wg_commit();
+      wg_wait<0>();
+      pin(o);
+      pin(sacc);
+    }
+    for (int i = 0; i < npairs; ++i) {
+      const int j0 = 2 * i, j1 = j0 + 1;
+      const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
+      float m0[2], c0[2], sum[2];
+      softmax_block(sacc, x, x.kb0 + j0 * kBN, qi, lane, m_run, m0, c0, sum);
+      pack_p(sacc, pb);
+      x.zero_tail(j0, wt, 0);
+      if (i > 0) bar_sync(kBarP0Free, 256);  // warpgroup 1 has read the previous sP0
+      store_p(x.sP0, pb, ra, lane);
+      if ((lane & 3) == 0) {
+        x.sM0[ra] = m0[0], x.sM0[ra + 8] = m0[1];
+        x.sC0[ra] = c0[0], x.sC0[ra + 8] = c0[1];
+      }
+      fence_async_smem();
+      bar_arrive(kBarR0, 256);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c0[h] + sum[h], m_run[h] = m0[h];
+
+      scale_o(o, c0);
+      pv_regs(o, pb, x.buf(j0), 0);
+      wg_wait<0>();
+      pin(o);
+      pin(sacc);
+      if (next0 && wt == 0) {  // buffer 0's slabs 0-3 and 8 are read by nobody else
+        x.load(j0 + 2, 0, 4);
+        x.load(j0 + 2, 8, 9);
+      }
+      if (has1) {
+        bar_sync(kBarR1, 256);  // P1, m1, c1 of block j1 from warpgroup 1
+        float c1[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m_run[h] = x.sM1[ra + 8 * h];
+          c1[h] = x.sC1[ra + 8 * h];
+          l_run[h] *= c1[h];
+        }
+        scale_o(o, c1);
+        pv_smem(o, x.sP1, x.buf(j1), 0);
+      }
+      if (next0) {
+        wg_fence();
+        x.s_slab<0>(sacc, j0 + 2, true, q8);
+        x.s_slab<1>(sacc, j0 + 2, false, q8);
+        x.s_slab<2>(sacc, j0 + 2, false, q8);
+        x.s_slab<3>(sacc, j0 + 2, false, q8);
+        x.s_slab<8>(sacc, j0 + 2, false, q8);
+        wg_commit();
+      }
+      if (has1) {
+        if (next0) {
+          wg_wait<1>();
+          pin(o);
+        } else {
+          wg_wait<0>();
+          pin(o);
+          pin(sacc);
+        }
+        if (next1 && wt == 0) x.load(j1 + 2, 0, 4);  // buffer 1's slabs 0-3: warpgroup 0 read them last
+      }
+      if (next0) {
+        x.s_slab<4>(sacc, j0 + 2, false, q8);
+        x.s_slab<5>(sacc, j0 + 2, false, q8);
+        x.s_slab<6>(sacc, j0 + 2, false, q8);
+        x.s_slab<7>(sacc, j0 + 2, false, q8);
+        wg_commit();
+      }
+      wg_wait<0>();
+      pin(o);
+      pin(sacc);
+    }
+  } else {  // -------------------------------------------------------- warpgroup 1: odd blocks, columns 256..511
+    if (x.nblk > 1) {
+      pin(sacc);
+      wg_fence();
+      x.s_slab<4>(sacc, 1, true, q8);
+      x.s_slab<5>(sacc, 1, false, q8);
+      x.s_slab<6>(sacc, 1, false, q8);
+      x.s_slab<7>(sacc, 1, false, q8);
+      x.s_slab<8>(sacc, 1, false, q8);
+      x.s_slab<0>(sacc, 1, false, q8);
+      x.s_slab<1>(sacc, 1, false, q8);
+      x.s_slab<2>(sacc, 1, false, q8);
+      x.s_slab<3>(sacc, 1, false, q8);
+      wg_commit();
+      wg_wait<0>();
+      pin(o);
+      pin(sacc);
+    }
+    for (int i = 0; i < npairs; ++i) {
+      const int j0 = 2 * i, j1 = j0 + 1;
+      const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
+      bar_sync(kBarR0, 256);  // P0, m0, c0 of block j0 from warpgroup 0
+      float m0[2], c0[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        m0[h] = x.sM0[ra + 8 * h];
+        c0[h] = x.sC0[ra + 8 * h];
+        l_run[h] *= c0[h];
+        m_run[h] = m0[h];
+      }
+      scale_o(o, c0);
+      pv_smem(o, x.sP0, x.buf(j0), 1);
+      float c1[2];
+      if (has1) {
+        float m1[2], sum[2];
+        softmax_block(sacc, x, x.kb0 + j1 * kBN, qi, lane, m0, m1, c1, sum);
+        pack_p(sacc, pb);
+        x.zero_tail(j1, wt, 1);
+        store_p(x.sP1, pb, ra, lane);
+        if ((lane & 3) == 0) {
+          x.sM1[ra] = m1[0], x.sM1[ra + 8] = m1[1];
+          x.sC1[ra] = c1[0], x.sC1[ra + 8] = c1[1];
+        }
+        fence_async_smem();
+        bar_arrive(kBarR1, 256);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c1[h] + sum[h], m_run[h] = m1[h];
+      }
+      wg_wait<0>();  // P0·V done: sP0 and buffer 0's slabs 4-7 are free
+      pin(o);
+      pin(sacc);
+      if (next0) {
+        if (wt == 0) x.load(j0 + 2, 4, 8);
+        bar_arrive(kBarP0Free, 256);
+      }
+      if (has1) {
+        scale_o(o, c1);
+        pv_regs(o, pb, x.buf(j1), 1);
+        wg_wait<0>();
+        pin(o);
+        pin(sacc);
+        if (next1 && wt == 0) x.load(j1 + 2, 4, kSlabs);  // buffer 1's slabs 4-8: read last by this warpgroup
+      }
+      if (next1) {
+        wg_fence();
+        x.s_slab<4>(sacc, j1 + 2, true, q8);
+        x.s_slab<5>(sacc, j1 + 2, false, q8);
+        x.s_slab<6>(sacc, j1 + 2, false, q8);
+        x.s_slab<7>(sacc, j1 + 2, false, q8);
+        x.s_slab<8>(sacc, j1 + 2, false, q8);
+        x.s_slab<0>(sacc, j1 + 2, false, q8);
+        x.s_slab<1>(sacc, j1 + 2, false, q8);
+        x.s_slab<2>(sacc, j1 + 2, false, q8);
+        x.s_slab<3>(sacc, j1 + 2, false, q8);
+        wg_commit();
+        wg_wait<0>();
+        pin(o);
+        pin(sacc);
+      }
+    }
+  }
+
+  // Epilogue: l = warpgroup 0's sum (even blocks) + warpgroup 1's (odd blocks), both against the final max,
+  // which both warpgroups hold (warpgroup 0 read it from warpgroup 1's statistics).
+  if ((lane & 3) == 0) {
+    x.sL[wg * 64 + ra] = l_run[0];
+    x.sL[wg * 64 + ra + 8] = l_run[1];
+  }
+  __syncthreads();
+  const size_t off = split ? static_cast<size_t>(split_off[b] + s) : 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = ra + 8 * h;
+    if (r >= x.rows_here) continue;
+    const size_t R = static_cast<size_t>(x.R0 + r);
+    const float l = x.sL[r] + x.sL[64 + r], inv = l > 0.f ? 1.f / l : 0.f;
+    if (wg == 0 && (lane & 3) == 0) {
+      if (split)
+        part_lse[off * x.QH + R] = l > 0.f ? m_run[h] + logf(l) : neg_inf();
+      else
+        lse[static_cast<size_t>(b) * x.QH + R] = m_run[h] + logf(l);
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = wg * kCols + n * 64 + 8 * i + 2 * (lane & 3);
+        const float x0 = o[n][4 * i + 2 * h] * inv, x1 = o[n][4 * i + 2 * h + 1] * inv;
+        if (split)
+          *reinterpret_cast<float2*>(part_o + (off * x.QH + R) * tv::kLatent + c) = make_float2(x0, x1);
+        else
+          *reinterpret_cast<uint32_t*>(out + (static_cast<size_t>(b) * x.QH + R) * tv::kLatent + c) = pack_bf16(x0, x1);
+      }
+  }
+}
+
+}  // namespace
+
+// Arguments as the portable bf16 entry (kernels_cu/tree_verify_ops.py), except that the cache is passed as
+// the device address of its TMA descriptor (a CUtensorMap over [pages][page_size][576] bf16, 128-byte
+// swizzle, box {64, min(page_size, 64), 1}) written by the host before the launch. The partial outputs of
+// split requests are merged by the portable module's combine kernel.
+extern "C" __global__ void __launch_bounds__(tv::kSm90aThreads, 1) tree_verify_sm90a_kernel(
+    const uint16_t* __restrict__ q, const void* kv_map, const int* __restrict__ block_table,
+    const int* __restrict__ prefix_lens, const uint32_t* __restrict__ visibility, float softmax_scale, int Q, int H,
+    int page_size, int max_pages, const long long* __restrict__ split_chunk, const long long* __restrict__ split_off,
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse) {
+  tree_verify_sm90a_cta(q, kv_map, block_table, prefix_lens, visibility, softmax_scale, Q, H, page_size, max_pages,
+                        split_chunk, split_off, out, lse, part_o, part_lse);
+}
+
+// The geometry functions evaluated on the device (see tree_verify.cu's query kernel).
+extern "C" __global__ void tree_verify_geometry_kernel(const long long* __restrict__ args, int n,
+                                                       long long* __restrict__ values) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  tv::geometry_fields(args[4 * i], args[4 * i + 1], static_cast<int>(args[4 * i + 2]), args[4 * i + 3],
+                      values + static_cast<size_t>(tv::kGeometryStride) * i);
+}
