@@ -367,6 +367,45 @@ VARIANTS = {
     "fast_exp": [("const float alpha = expf(m_run - m_use);", "const float alpha = __expf(m_run - m_use);"),
                  ("x[e] = expf(x[e] - m_use);", "x[e] = __expf(x[e] - m_use);")],
 }  # fmt: skip
+# The same for kernels_cu/tree_verify_sm90a.cu (timing only: a knock-out computes garbage).
+VARIANTS_SM90A = {
+    "base": [],
+    "no_s_products": [("for (int ks = 0; ks < 4; ++ks) wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), "
+                       "!(first && ks == 0));", "(void)first;")],
+    "no_pv_products": [("for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));", ";"),
+                       ("for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));",
+                        ";")],
+    "no_exp_no_mask": [("const float p0 = expf(", "const float p0 = ("), ("const float p1 = expf(", "const float p1 = ("),
+                       ("  if (!plain) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {",
+                        "  if (false) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {")],
+    "fast_exp": [("const float p0 = expf(", "const float p0 = __expf("), ("const float p1 = expf(", "const float p1 = __expf(")],
+}  # fmt: skip
+KNOCKOUT_CONFIGS_SM90A = [(8, 64, 128, 8192, "bf16", None), (128, 1, 128, 8192, "bf16", 8256),
+                          (128, 1, 16, 8192, "bf16", None), (1, 2, 64, 8192, "bf16", None)]  # fmt: skip
+
+
+def knockouts(json_path=None) -> int:
+    """sm90a with one stage removed at a time (kernels_cu/PERF_NOTES.md: base minus knock-out = that stage)."""
+    copy, mm = ceilings()
+    spec = specs.get("tree_verify", "sm90a")
+    rows = []
+    for name, patches in VARIANTS_SM90A.items():
+        patched = dataclasses.replace(spec, patches=tuple(patches))
+        for c in KNOCKOUT_CONFIGS_SM90A:
+            r = time_one(*c, copy=copy, mm=mm, spec=patched)
+            r["variant"] = name
+            rows.append(r)
+    print("\n| sm90a variant | bs | Q | H | prefix | chunk x splits | µs | useful TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['variant']} | {r['bs']} | {r['Q']} | {r['H']} | {r['prefix']} | {r['chunk']} x {r['splits']} | "
+              f"{r['us']:.1f} | {r['tflops']:.0f} |")  # fmt: skip
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "knockouts": rows}, f, indent=1)
+    return 0
+
+
 VARIANT_CONFIGS = [(1, 16, 64, 32768, "bf16", None), (1, 1, 64, 32768, "bf16", None), (8, 16, 64, 8192, "bf16", None)]
 
 
@@ -434,14 +473,14 @@ def profile_one() -> int:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile"])
+    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile", "knockouts"])
     ap.add_argument("--json")
     ap.add_argument("--variant", default="portable", choices=[s.variant for s in specs.for_op("tree_verify")])
     a = ap.parse_args()
     global SPEC
     SPEC = specs.get("tree_verify", a.variant)
     modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": profile_one,
-             "versus": lambda: versus(a.json)}  # fmt: skip
+             "versus": lambda: versus(a.json), "knockouts": lambda: knockouts(a.json)}  # fmt: skip
     sys.exit(modes[a.mode]())
 
 
