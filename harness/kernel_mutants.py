@@ -191,14 +191,14 @@ MUTANTS |= {
     ),
     "k_tv90_lse_without_scale": (
         "tree_verify",
-        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] + logf(l);",
-        "lse[static_cast<size_t>(b) * QH + R] = m_run[h] / x.scale + logf(l);",
+        "lse[static_cast<size_t>(b) * QH + R] = (m_run[h] + log2f(l)) * kLn2;",
+        "lse[static_cast<size_t>(b) * QH + R] = (m_run[h] / x.scale_log2 + log2f(l)) * kLn2;",
         SM90A,
     ),
     "k_tv90_split_lse_without_scale": (
         "tree_verify",
-        "part_lse[off * QH + R] = l > 0.f ? m_run[h] + logf(l) : neg_inf();",
-        "part_lse[off * QH + R] = l > 0.f ? m_run[h] / x.scale + logf(l) : neg_inf();",
+        "part_lse[off * QH + R] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf();",
+        "part_lse[off * QH + R] = l > 0.f ? (m_run[h] / x.scale_log2 + log2f(l)) * kLn2 : neg_inf();",
         SM90A,
     ),
     "k_tv90_tail_rows_not_zeroed": (  # rows past prefix_len + Q in the last page reach P·V (0 x NaN)

@@ -50,16 +50,19 @@ constexpr int kSlab = tv::kSm90aSlabBytes;  // bytes per 64-column slab of a 64-
 constexpr int kTile = tv::kSm90aTileBytes;  // bytes per KV buffer
 constexpr int kSlabs = tv::kHeadDim / 64;   // 9
 constexpr int kCols = tv::kLatent / 2;      // output columns per warpgroup (256)
+constexpr float kLn2 = 0.6931471805599453f;  // lse = ln 2 · (m2 + log2 l): the softmax runs in base 2
 static_assert(tv::m_tile(tv::kSm90a) == kRows && tv::threads(tv::kSm90a) == 256 && kBN == 64, "the layout below");
 static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buffer 1");
 
-// Named barriers (0 is __syncthreads). R0/R1: a warpgroup's P, max and rescale factor of its block are in
-// shared memory (the other warpgroup waits); kBarP0Free: warpgroup 1's read of sP0 has completed; kBarWg*:
-// one warpgroup's own threads (after zeroing the last block's tail rows).
-constexpr int kBarR0 = 1;
-constexpr int kBarR1 = 2;
-constexpr int kBarP0Free = 3;
-constexpr int kBarWg0 = 4;  // warpgroup 1 uses kBarWg0 + 1
+// The warpgroups hand over through mbarriers of 128 arrivals (one per thread of the handing warpgroup, each
+// arriving after its own shared-memory writes; racecheck models this ordering, and not a named barrier's
+// arrive/sync pair: tools/sanitizer/warpgroup_exchange_race.cu), after the 2 x 9 slab barriers:
+// kExR0: warpgroup 0's P, max and rescale factor of the even block are in shared memory (once per pair);
+// kExR1: the same from warpgroup 1 for the odd block (once per pair that has one);
+// kExP0Free: warpgroup 1's read of P0 has completed, so the next pair's P0 may be written.
+constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20;
+// Named barrier of one warpgroup's own threads (after zeroing the last block's tail rows); 0 is __syncthreads.
+constexpr int kBarWg0 = 1;  // warpgroup 1 uses kBarWg0 + 1
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -74,9 +77,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 __device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
 
 // ------------------------------------------------------------------------------------------------ mbarrier
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -84,6 +84,9 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
 }
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
@@ -202,12 +205,13 @@ struct Cta {
   const int* bt;
   const uint32_t* vis_b;
   const void* kv_map;
-  float scale;
+  float scale_log2;  // softmax_scale · log2(e): the softmax runs in base 2 (ex2 is one instruction)
 
   __device__ uint32_t buf(int j) const { return sQ + tv::sm90a_kv_offset() + (j & 1) * kTile; }
   // the P tile of block j, handed to the other warpgroup: over the block's slab 8 (S is done with it)
   __device__ uint32_t sp(int j) const { return buf(j) + 8 * kSlab; }
   __device__ uint32_t full(int j, int c) const { return sQ + tv::sm90a_bar_offset() + 8 * ((j & 1) * kSlabs + c); }
+  __device__ uint32_t ex(int k) const { return sQ + tv::sm90a_bar_offset() + 8 * k; }  // kExR0, kExR1, kExP0Free
   __device__ uint32_t parity(int j) const { return (j >> 1) & 1; }  // the buffer's fill count, mod 2
 
   // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread). Only the pages (or 64-row
@@ -220,10 +224,16 @@ struct Cta {
     for (int c = c_lo; c < c_hi; ++c) mbar_expect_tx(full(j, c), static_cast<uint32_t>(pieces * box_rows * 128));
     for (int pc = 0; pc < pieces; ++pc) {
       const int p = k0 + pc * box_rows;
-      const int page = bt[p / page_size];
+      const int page = __ldg(bt + p / page_size);
       const uint32_t dst = buf(j) + pc * box_rows * 128;
       for (int c = c_lo; c < c_hi; ++c) tma_load_3d(dst + c * kSlab, kv_map, c * 64, p % page_size, page, full(j, c));
     }
+  }
+
+  // The block-table entries of block j into L1 ahead of its copies (one thread), so that issuing them later
+  // does not wait for global memory while the warpgroup's next collective instruction waits for that thread.
+  __device__ void prefetch_pages(int j) const {
+    if (j < nblk) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bt + (kb0 + j * kBN) / page_size));
   }
 
   // S of block j, slab C (4 k-steps of 16 dims), once the slab has landed.
@@ -266,13 +276,19 @@ struct Cta {
   }
 };
 
-// Softmax step of one block for this thread's rows ra and ra + 8 (h = 0, 1). acc[4i + e]: the raw logit of row
-// ra + 8·(e >> 1), key k0 + 8i + 2·(lane % 4) + (e & 1). In: the running max m_prev. Out: P as bf16 A fragments
-// of the P·V product (k-step kk covers keys 16kk .. 16kk + 15), the new max m_new, the rescale factor
-// c = exp(m_prev - m_new) of what came before, and the row sums of P (fp32, before rounding). acc is only
-// read: ptxas serializes the whole wgmma pipeline if other instructions write wgmma accumulators, so the mask
-// is kept as bits and the scaled logits are computed again in the second pass (the same operations, the same
-// bits).
+__device__ __forceinline__ float ex2(float x) {  // 2^x, one MUFU instruction (2^-inf = 0)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Softmax step of one block for this thread's rows ra and ra + 8 (h = 0, 1), in base 2: a logit l = q·k is
+// softmax_scale·l·log2(e) here, so exp(scale·l - m) = 2^(l·scale_log2 - m2); lse converts back at the end.
+// acc[4i + e]: the raw logit of row ra + 8·(e >> 1), key k0 + 8i + 2·(lane % 4) + (e & 1). In: the running max
+// m_prev. Out: P as bf16 A fragments of the P·V product (k-step kk covers keys 16kk .. 16kk + 15), the new max
+// m_new, the rescale factor c = 2^(m_prev - m_new) of what came before, and the row sums of P (fp32, before
+// rounding). Masking is by selection: an unseen key's logit never enters the max and its P is exactly 0. acc
+// is only read: ptxas serializes the whole wgmma pipeline if other instructions write wgmma accumulators.
 __device__ __forceinline__ void softmax_block(const float (&acc)[32], uint32_t (&pb)[4][4], const Cta& x, int k0,
                                               const int (&qi)[2], int lane, const float (&m_prev)[2],
                                               float (&m_new)[2], float (&c)[2], float (&sum)[2]) {
@@ -288,23 +304,23 @@ __device__ __forceinline__ void softmax_block(const float (&acc)[32], uint32_t (
   }
   float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-  for (int i = 0; i < 32; ++i)  // masked by selection: an unseen logit is replaced, never added to
-    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], (seen >> i) & 1u ? acc[i] * x.scale : neg_inf());
+  for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], (seen >> i) & 1u ? acc[i] : neg_inf());
   float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    m_new[h] = fmaxf(m_prev[h], mx[h]);
+    // the scale is > 0, so the largest scaled logit is the largest logit scaled (the same rounding)
+    m_new[h] = fmaxf(m_prev[h], mx[h] * x.scale_log2);
     m_use[h] = m_new[h] == neg_inf() ? 0.f : m_new[h];  // a row with nothing seen yet keeps P = 0
-    c[h] = expf(m_prev[h] - m_use[h]);                  // 0 while m_prev = -inf
+    c[h] = ex2(m_prev[h] - m_use[h]);                   // 0 while m_prev = -inf, exactly 1 while m is unchanged
     sum[h] = 0.f;
   }
 #pragma unroll
-  for (int i = 0; i < 32; i += 2) {  // exp(-inf) = 0 exactly for masked keys
+  for (int i = 0; i < 32; i += 2) {
     const int h = (i >> 1) & 1;
-    const float p0 = expf(((seen >> i) & 1u ? acc[i] * x.scale : neg_inf()) - m_use[h]);
-    const float p1 = expf(((seen >> (i + 1)) & 1u ? acc[i + 1] * x.scale : neg_inf()) - m_use[h]);
+    const float p0 = (seen >> i) & 1u ? ex2(fmaf(acc[i], x.scale_log2, -m_use[h])) : 0.f;
+    const float p1 = (seen >> (i + 1)) & 1u ? ex2(fmaf(acc[i + 1], x.scale_log2, -m_use[h])) : 0.f;
     sum[h] += p0;
     sum[h] += p1;
     // accumulator pair (i, i+1) = (row h, keys 8(i/4) + 2t, +1): fragment register (i / 8, (i / 2) % 4)
@@ -330,7 +346,10 @@ __device__ __forceinline__ void store_p(uint32_t sP, const uint32_t (&pb)[4][4],
     }
 }
 
+// O *= c per row. Skipped by a warp whose rows all keep their max (c = 1 exactly: the product would change no
+// bit), which is most blocks once the running max has settled.
 __device__ __forceinline__ void scale_o(float (&o)[4][32], const float (&c)[2]) {
+  if (!__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) return;
 #pragma unroll
   for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -397,10 +416,11 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   x.bt = block_table + static_cast<size_t>(b) * max_pages;
   x.vis_b = visibility + static_cast<size_t>(b) * Q * x.W;
   x.kv_map = kv_map;
-  x.scale = scale;
+  x.scale_log2 = scale * 1.4426950408889634f;
 
   if (tid == 0) {
     for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.sQ + tv::sm90a_bar_offset() + 8 * i, 1);
+    for (int k = kExR0; k <= kExP0Free; ++k) mbar_init(x.ex(k), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // q tile (all threads): 64 rows x 72 chunks of 16 bytes into the swizzled layout; rows past Q·H are zero.
@@ -453,17 +473,18 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
+      if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
       float m0[2], c0[2], sum[2];
       softmax_block(sacc, pb, x, x.kb0 + j0 * kBN, qi, lane, m_run, m0, c0, sum);
       x.zero_tail(j0, wt, 0);
-      if (i > 0) bar_sync(kBarP0Free, 256);  // warpgroup 1 has read the previous P0
+      if (i > 0) mbar_wait(x.ex(kExP0Free), (i - 1) & 1);  // warpgroup 1 has read the previous P0
       store_p(x.sp(j0), pb, ra, lane);
       if ((lane & 3) == 0) {
         x.stats[ra] = m0[0], x.stats[ra + 8] = m0[1];
         x.stats[64 + ra] = c0[0], x.stats[64 + ra + 8] = c0[1];
       }
       fence_async_smem();
-      bar_arrive(kBarR0, 256);
+      mbar_arrive(x.ex(kExR0));
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c0[h] + sum[h], m_run[h] = m0[h];
 
@@ -473,7 +494,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(o);
       if (next0 && wt == 0) x.load(j0 + 2, 0, 4);  // buffer 0's slabs 0-3: read last by this warpgroup
       if (has1) {
-        bar_sync(kBarR1, 256);  // P1, m1, c1 of block j1 from warpgroup 1
+        mbar_wait(x.ex(kExR1), i & 1);  // P1, m1, c1 of block j1 from warpgroup 1
         float c1[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -513,7 +534,8 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
-      bar_sync(kBarR0, 256);  // P0, m0, c0 of block j0 from warpgroup 0
+      if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+      mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0
       float m0[2], c0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -535,7 +557,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
           x.stats[192 + ra] = c1[0], x.stats[192 + ra + 8] = c1[1];
         }
         fence_async_smem();
-        bar_arrive(kBarR1, 256);
+        mbar_arrive(x.ex(kExR1));
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c1[h] + sum[h], m_run[h] = m1[h];
       }
@@ -543,7 +565,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(o);
       if (next0) {
         if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-        bar_arrive(kBarP0Free, 256);
+        mbar_arrive(x.ex(kExP0Free));
       }
       if (has1) {
         scale_o(o, c1);
@@ -581,9 +603,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     const float l = sL[r] + sL[64 + r], inv = l > 0.f ? 1.f / l : 0.f;
     if (wg == 0 && (lane & 3) == 0) {
       if (split)
-        part_lse[off * QH + R] = l > 0.f ? m_run[h] + logf(l) : neg_inf();
+        part_lse[off * QH + R] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf();
       else
-        lse[static_cast<size_t>(b) * QH + R] = m_run[h] + logf(l);
+        lse[static_cast<size_t>(b) * QH + R] = (m_run[h] + log2f(l)) * kLn2;
     }
 #pragma unroll
     for (int n = 0; n < 4; ++n)

@@ -370,15 +370,20 @@ VARIANTS = {
 # The same for kernels_cu/tree_verify_sm90a.cu (timing only: a knock-out computes garbage).
 VARIANTS_SM90A = {
     "base": [],
-    "no_s_products": [("for (int ks = 0; ks < 4; ++ks) wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), "
-                       "!(first && ks == 0));", "(void)first;")],
-    "no_pv_products": [("for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));", ";"),
-                       ("for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));",
-                        ";")],
-    "no_exp_no_mask": [("const float p0 = expf(", "const float p0 = ("), ("const float p1 = expf(", "const float p1 = ("),
-                       ("  if (!plain) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {",
-                        "  if (false) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {")],
-    "fast_exp": [("const float p0 = expf(", "const float p0 = __expf("), ("const float p1 = expf(", "const float p1 = __expf(")],
+    "no_s_products": [
+        ("wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), !(first && ks == 0));", "(void)first;"),
+    ],
+    "no_pv_products": [
+        ("for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));", ";"),
+        ("for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));", ";"),
+    ],
+    "no_exp_no_mask": [
+        ("ex2(fmaf(acc[i], x.scale_log2, -m_use[h]))", "fmaf(acc[i], x.scale_log2, -m_use[h])"),
+        ("ex2(fmaf(acc[i + 1], x.scale_log2, -m_use[h]))", "fmaf(acc[i + 1], x.scale_log2, -m_use[h])"),
+        ("  if (!plain) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {",
+         "  if (false) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {"),
+    ],
+    "no_o_rescale": [("  if (!__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) return;", "  return;")],
 }  # fmt: skip
 KNOCKOUT_CONFIGS_SM90A = [(8, 64, 128, 8192, "bf16", None), (128, 1, 128, 8192, "bf16", 8256),
                           (128, 1, 16, 8192, "bf16", None), (1, 2, 64, 8192, "bf16", None)]  # fmt: skip
