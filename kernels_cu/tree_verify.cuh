@@ -75,12 +75,12 @@ TV_HD constexpr int smem_stats_offset(int v) { return smem_p_offset(v) + m_tile(
 // sm90a (offsets from the dynamic shared-memory base rounded up to 1024 bytes, the swizzle atom, hence the
 // slack): the q tile, the two KV buffers, the row statistics the warpgroups exchange (running max and rescale
 // factor of each warpgroup, and the two partial sums l: 6 x 64 floats), then the mbarriers: one per slab of
-// each buffer (2 x 9), and the three of the warpgroups' hand-over. The P tile a warpgroup hands to the other (64 x 64 bf16, one slab) is written over its
+// each buffer (2 x 9), and the five of the warpgroups' hand-overs. The P tile a warpgroup hands to the other (64 x 64 bf16, one slab) is written over its
 // block's slab 8 (the rope columns, needed only by S, which is done by then).
 TV_HD constexpr int sm90a_kv_offset() { return kSm90aTileBytes; }
 TV_HD constexpr int sm90a_stats_offset() { return sm90a_kv_offset() + kSm90aStages * kSm90aTileBytes; }
 TV_HD constexpr int sm90a_bar_offset() { return sm90a_stats_offset() + 6 * 64 * 4; }
-TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + (kSm90aStages * 9 + 3) * 8 + 1024; }
+TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + (kSm90aStages * 9 + 5) * 8 + 1024; }
 // portable: alpha (the per-block rescale), then the final l of every row
 TV_HD constexpr int smem_bytes(int v) {
   return v == kSm90a ? sm90a_smem_bytes() : smem_stats_offset(v) + 2 * m_tile(v) * 4;

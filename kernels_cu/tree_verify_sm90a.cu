@@ -59,10 +59,10 @@ static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buf
 // arrive/sync pair: tools/sanitizer/warpgroup_exchange_race.cu), after the 2 x 9 slab barriers:
 // kExR0: warpgroup 0's P, max and rescale factor of the even block are in shared memory (once per pair);
 // kExR1: the same from warpgroup 1 for the odd block (once per pair that has one);
-// kExP0Free: warpgroup 1's read of P0 has completed, so the next pair's P0 may be written.
-constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20;
-// Named barrier of one warpgroup's own threads (after zeroing the last block's tail rows); 0 is __syncthreads.
-constexpr int kBarWg0 = 1;  // warpgroup 1 uses kBarWg0 + 1
+// kExP0Free: warpgroup 1's read of P0 has completed, so the next pair's P0 may be written;
+// kExZero0 (+1 for warpgroup 1): a warpgroup's own threads have zeroed the last block's tail rows (once per CTA;
+// a named barrier of 128 threads there made racecheck lose the order of the epilogue's block barrier).
+constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20, kExZero0 = 21;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -75,8 +75,6 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-
-__device__ __forceinline__ void bar_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 // ------------------------------------------------------------------------------------------------ mbarrier
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -211,7 +209,7 @@ struct Cta {
   // the P tile of block j, handed to the other warpgroup: over the block's slab 8 (S is done with it)
   __device__ uint32_t sp(int j) const { return buf(j) + 8 * kSlab; }
   __device__ uint32_t full(int j, int c) const { return sQ + tv::sm90a_bar_offset() + 8 * ((j & 1) * kSlabs + c); }
-  __device__ uint32_t ex(int k) const { return sQ + tv::sm90a_bar_offset() + 8 * k; }  // kExR0, kExR1, kExP0Free
+  __device__ uint32_t ex(int k) const { return sQ + tv::sm90a_bar_offset() + 8 * k; }  // kExR0 ...
   __device__ uint32_t parity(int j) const { return (j >> 1) & 1; }  // the buffer's fill count, mod 2
 
   // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread). Only the pages (or 64-row
@@ -261,7 +259,7 @@ struct Cta {
   }
 
   // Zero the rows at or past kend of block j's slabs 0..7 (what P·V reads) if it is the last block and
-  // partial; the caller's warpgroup then syncs (kBarWg0 + wg) before its own P·V.
+  // partial, and wait until the whole warpgroup has (kExZero0 + wg) before its own P·V reads them.
   __device__ bool zero_tail(int j, int wt, int wg) const {
     const int nv = kend - (kb0 + j * kBN);
     if (j != nblk - 1 || nv >= kBN) return false;
@@ -271,7 +269,8 @@ struct Cta {
       asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0u) : "memory");
     }
     fence_async_smem();
-    bar_sync(kBarWg0 + wg, 128);
+    mbar_arrive(ex(kExZero0 + wg));
+    mbar_wait(ex(kExZero0 + wg), 0);
     return true;
   }
 };
@@ -420,7 +419,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
 
   if (tid == 0) {
     for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.sQ + tv::sm90a_bar_offset() + 8 * i, 1);
-    for (int k = kExR0; k <= kExP0Free; ++k) mbar_init(x.ex(k), 128);
+    for (int k = kExR0; k <= kExZero0 + 1; ++k) mbar_init(x.ex(k), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // q tile (all threads): 64 rows x 72 chunks of 16 bytes into the swizzled layout; rows past Q·H are zero.

@@ -466,9 +466,10 @@ def table(results, copy, mm):
               f"{r['pct_mm']:.0f} |")  # fmt: skip
 
 
-def profile_one() -> int:
-    """Two warm-up launches and one more of a compute-bound shape, for ncu --launch-skip 2 --launch-count 1."""
-    q, kv, bt, pre, vis = make_device_case(1, 16, 64, 8192)
+def profile_one(shape="1,16,64,8192") -> int:
+    """Two warm-up launches and one more of a compute-bound shape (bs,Q,H,prefix), for ncu --launch-skip 2
+    --launch-count 1."""
+    q, kv, bt, pre, vis = make_device_case(*(int(v) for v in shape.split(",")))
     p = tree_verify_ops.prepare(SPEC, q, kv, bt, pre, vis, SCALE)
     for _ in range(3):
         p.launch()
@@ -480,11 +481,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile", "knockouts"])
     ap.add_argument("--json")
+    ap.add_argument("--shape", default="1,16,64,8192", help="profile: bs,Q,H,prefix")
     ap.add_argument("--variant", default="portable", choices=[s.variant for s in specs.for_op("tree_verify")])
     a = ap.parse_args()
     global SPEC
     SPEC = specs.get("tree_verify", a.variant)
-    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": profile_one,
+    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": lambda: profile_one(a.shape),
              "versus": lambda: versus(a.json), "knockouts": lambda: knockouts(a.json)}  # fmt: skip
     sys.exit(modes[a.mode]())
 
