@@ -486,8 +486,9 @@ def main():
     a = ap.parse_args()
     global SPEC
     SPEC = specs.get("tree_verify", a.variant)
-    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json), "profile": lambda: profile_one(a.shape),
-             "versus": lambda: versus(a.json), "knockouts": lambda: knockouts(a.json)}  # fmt: skip
+    modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json),
+             "profile": lambda: profile_one(a.shape), "versus": lambda: versus(a.json),
+             "knockouts": lambda: knockouts(a.json)}  # fmt: skip
     sys.exit(modes[a.mode]())
 
 
