@@ -239,7 +239,7 @@ MUTANTS |= {
     ),
     "k_tv90_rescale_of_previous_pair": (  # warpgroup 0 takes the odd block's factor before it is exchanged
         "tree_verify",
-        "          c1[h] = x.stats[192 + ra + 8 * h];",
+        "          c1[h] = lds(x.stat(kC1, ra + 8 * h));",
         "          c1[h] = 1.f;",
         SM90A,
     ),
@@ -257,8 +257,8 @@ MUTANTS |= {
     ),
     "k_tv90_l_of_even_blocks_only": (  # the odd blocks' softmax denominators dropped at the end
         "tree_verify",
-        "const float l = sL[r] + sL[64 + r], inv",
-        "const float l = sL[r] + 0.f * sL[64 + r], inv",
+        "const float l = lds(x.stat(kL0, r)) + lds(x.stat(kL1, r)), inv",
+        "const float l = lds(x.stat(kL0, r)) + 0.f * lds(x.stat(kL1, r)), inv",
         SM90A,
     ),
 }

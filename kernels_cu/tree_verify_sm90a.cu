@@ -50,7 +50,8 @@ constexpr int kSlab = tv::kSm90aSlabBytes;  // bytes per 64-column slab of a 64-
 constexpr int kTile = tv::kSm90aTileBytes;  // bytes per KV buffer
 constexpr int kSlabs = tv::kHeadDim / 64;   // 9
 constexpr int kCols = tv::kLatent / 2;      // output columns per warpgroup (256)
-constexpr float kLn2 = 0.6931471805599453f;  // lse = ln 2 · (m2 + log2 l): the softmax runs in base 2
+constexpr float kLn2 = 0.6931471805599453f;
+enum Stat { kM0, kC0, kM1, kC1, kL0, kL1 };  // lse = ln 2 · (m2 + log2 l): the softmax runs in base 2
 static_assert(tv::m_tile(tv::kSm90a) == kRows && tv::threads(tv::kSm90a) == 256 && kBN == 64, "the layout below");
 static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buffer 1");
 
@@ -74,6 +75,15 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+}
+
+// Shared-memory floats by their 32-bit shared address (a generic pointer made from the aligned base would
+// compile to generic loads, slower than ld.shared).
+__device__ __forceinline__ void sts(uint32_t a, float v) { asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(a), "f"(v) : "memory"); }
+__device__ __forceinline__ float lds(uint32_t a) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+  return v;
 }
 
 // ------------------------------------------------------------------------------------------------ mbarrier
@@ -198,7 +208,6 @@ __device__ __forceinline__ bool tree_bit(const uint32_t* __restrict__ vis_b, int
 // What one CTA computes, and where its shared memory is.
 struct Cta {
   uint32_t sQ;   // shared-memory base (1024-aligned); the other regions at tree_verify.cuh's offsets
-  float* stats;  // [6][64]: m0, c0 (warpgroup 0), m1, c1 (warpgroup 1), l of each warpgroup
   int P, W, kbeg, kend, kb0, nblk, page_size;
   const int* bt;
   const uint32_t* vis_b;
@@ -209,6 +218,9 @@ struct Cta {
   // the P tile of block j, handed to the other warpgroup: over the block's slab 8 (S is done with it)
   __device__ uint32_t sp(int j) const { return buf(j) + 8 * kSlab; }
   __device__ uint32_t full(int j, int c) const { return sQ + tv::sm90a_bar_offset() + 8 * ((j & 1) * kSlabs + c); }
+  // Row statistics, [6][64] floats: kM0, kC0 (warpgroup 0's max and rescale factor), kM1, kC1 (warpgroup 1's),
+  // kL0, kL1 (each warpgroup's partial sum l, at the end).
+  __device__ uint32_t stat(int k, int r) const { return sQ + tv::sm90a_stats_offset() + 4 * (64 * k + r); }
   __device__ uint32_t ex(int k) const { return sQ + tv::sm90a_bar_offset() + 8 * k; }  // kExR0 ...
   __device__ uint32_t parity(int j) const { return (j >> 1) & 1; }  // the buffer's fill count, mod 2
 
@@ -288,29 +300,53 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x, one MUFU instruction (2
 // m_new, the rescale factor c = 2^(m_prev - m_new) of what came before, and the row sums of P (fp32, before
 // rounding). Masking is by selection: an unseen key's logit never enters the max and its P is exactly 0. acc
 // is only read: ptxas serializes the whole wgmma pipeline if other instructions write wgmma accumulators.
-__device__ __forceinline__ void softmax_block(const float (&acc)[32], uint32_t (&pb)[4][4], const Cta& x, int k0,
-                                              const int (&qi)[2], int lane, const float (&m_prev)[2],
-                                              float (&m_new)[2], float (&c)[2], float (&sum)[2]) {
-  const bool plain = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;  // prefix keys, all in the split
-  uint32_t seen = 0xffffffffu;
-  if (!plain) {
+// The softmax step of a block in two halves, so that warpgroup 1 can take its block's row maxima before the
+// even block's max arrives: rows_max (the mask as bits, then the largest seen logit of each row) and
+// softmax_rest (the new max against m_prev, the rescale factor, P and its row sums). seen has bit i set
+// where key i of the accumulator layout is visible (all bits for a prefix-only block, which takes the path
+// without per-key selects).
+struct BlockMax {
+  uint32_t seen;
+  bool all;
+  float mx[2];
+};
+
+__device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& x, int k0, const int (&qi)[2],
+                                             int lane) {
+  BlockMax r;
+  r.all = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;  // prefix keys, all in the split
+  r.seen = 0xffffffffu;
+  r.mx[0] = r.mx[1] = neg_inf();
+  if (r.all) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) r.mx[(i >> 1) & 1] = fmaxf(r.mx[(i >> 1) & 1], acc[i]);
+  } else {
+    r.seen = 0u;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       const int h = (i >> 1) & 1, p = k0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
       const bool v = p >= x.kbeg && p < x.kend && (p < x.P || tree_bit(x.vis_b, x.W, qi[h], p - x.P));
-      seen &= ~(static_cast<uint32_t>(!v) << i);
+      r.seen |= static_cast<uint32_t>(v) << i;
+      r.mx[h] = fmaxf(r.mx[h], v ? acc[i] : neg_inf());  // masked by selection: never added to
     }
   }
-  float mx[2] = {neg_inf(), neg_inf()};
 #pragma unroll
-  for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], (seen >> i) & 1u ? acc[i] : neg_inf());
+  for (int h = 0; h < 2; ++h) {
+    r.mx[h] = fmaxf(r.mx[h], __shfl_xor_sync(0xffffffffu, r.mx[h], 1));
+    r.mx[h] = fmaxf(r.mx[h], __shfl_xor_sync(0xffffffffu, r.mx[h], 2));
+  }
+  return r;
+}
+
+template <bool ALL_SEEN>
+__device__ __forceinline__ void softmax_core(const float (&acc)[32], const BlockMax& bm, uint32_t (&pb)[4][4],
+                                             float scale_log2, const float (&m_prev)[2], float (&m_new)[2],
+                                             float (&c)[2], float (&sum)[2]) {
   float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     // the scale is > 0, so the largest scaled logit is the largest logit scaled (the same rounding)
-    m_new[h] = fmaxf(m_prev[h], mx[h] * x.scale_log2);
+    m_new[h] = fmaxf(m_prev[h], bm.mx[h] * scale_log2);
     m_use[h] = m_new[h] == neg_inf() ? 0.f : m_new[h];  // a row with nothing seen yet keeps P = 0
     c[h] = ex2(m_prev[h] - m_use[h]);                   // 0 while m_prev = -inf, exactly 1 while m is unchanged
     sum[h] = 0.f;
@@ -318,8 +354,8 @@ __device__ __forceinline__ void softmax_block(const float (&acc)[32], uint32_t (
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
     const int h = (i >> 1) & 1;
-    const float p0 = (seen >> i) & 1u ? ex2(fmaf(acc[i], x.scale_log2, -m_use[h])) : 0.f;
-    const float p1 = (seen >> (i + 1)) & 1u ? ex2(fmaf(acc[i + 1], x.scale_log2, -m_use[h])) : 0.f;
+    const float p0 = ALL_SEEN || ((bm.seen >> i) & 1u) ? ex2(fmaf(acc[i], scale_log2, -m_use[h])) : 0.f;
+    const float p1 = ALL_SEEN || ((bm.seen >> (i + 1)) & 1u) ? ex2(fmaf(acc[i + 1], scale_log2, -m_use[h])) : 0.f;
     sum[h] += p0;
     sum[h] += p1;
     // accumulator pair (i, i+1) = (row h, keys 8(i/4) + 2t, +1): fragment register (i / 8, (i / 2) % 4)
@@ -330,6 +366,15 @@ __device__ __forceinline__ void softmax_block(const float (&acc)[32], uint32_t (
     sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
     sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
   }
+}
+
+__device__ __forceinline__ void softmax_rest(const float (&acc)[32], const BlockMax& bm, uint32_t (&pb)[4][4],
+                                             const Cta& x, const float (&m_prev)[2], float (&m_new)[2],
+                                             float (&c)[2], float (&sum)[2]) {
+  if (bm.all)
+    softmax_core<true>(acc, bm, pb, x.scale_log2, m_prev, m_new, c, sum);
+  else
+    softmax_core<false>(acc, bm, pb, x.scale_log2, m_prev, m_new, c, sum);
 }
 
 // The same fragments into a 64 x 64 bf16 tile in shared memory (K-major, 128-byte swizzle) for the other
@@ -389,7 +434,6 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Cta x;
   x.sQ = smem_u32(smem);
-  x.stats = reinterpret_cast<float*>(smem + tv::sm90a_stats_offset());
 
   const int tid = threadIdx.x, wt = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform as far as the compiler can tell
@@ -474,13 +518,13 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
       float m0[2], c0[2], sum[2];
-      softmax_block(sacc, pb, x, x.kb0 + j0 * kBN, qi, lane, m_run, m0, c0, sum);
+      softmax_rest(sacc, rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane), pb, x, m_run, m0, c0, sum);
       x.zero_tail(j0, wt, 0);
       if (i > 0) mbar_wait(x.ex(kExP0Free), (i - 1) & 1);  // warpgroup 1 has read the previous P0
       store_p(x.sp(j0), pb, ra, lane);
       if ((lane & 3) == 0) {
-        x.stats[ra] = m0[0], x.stats[ra + 8] = m0[1];
-        x.stats[64 + ra] = c0[0], x.stats[64 + ra + 8] = c0[1];
+        sts(x.stat(kM0, ra), m0[0]), sts(x.stat(kM0, ra + 8), m0[1]);
+        sts(x.stat(kC0, ra), c0[0]), sts(x.stat(kC0, ra + 8), c0[1]);
       }
       fence_async_smem();
       mbar_arrive(x.ex(kExR0));
@@ -497,8 +541,8 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         float c1[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          m_run[h] = x.stats[128 + ra + 8 * h];
-          c1[h] = x.stats[192 + ra + 8 * h];
+          m_run[h] = lds(x.stat(kM1, ra + 8 * h));
+          c1[h] = lds(x.stat(kC1, ra + 8 * h));
           l_run[h] *= c1[h];
         }
         scale_o(o, c1);
@@ -534,12 +578,14 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+      BlockMax bm1;  // this warpgroup's block's row maxima while warpgroup 0 still works on its softmax
+      if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
       mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0
       float m0[2], c0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        m0[h] = x.stats[ra + 8 * h];
-        c0[h] = x.stats[64 + ra + 8 * h];
+        m0[h] = lds(x.stat(kM0, ra + 8 * h));
+        c0[h] = lds(x.stat(kC0, ra + 8 * h));
         l_run[h] *= c0[h];
         m_run[h] = m0[h];
       }
@@ -548,12 +594,12 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       float c1[2];
       if (has1) {
         float m1[2], sum[2];
-        softmax_block(sacc, pb, x, x.kb0 + j1 * kBN, qi, lane, m0, m1, c1, sum);
+        softmax_rest(sacc, bm1, pb, x, m0, m1, c1, sum);
         x.zero_tail(j1, wt, 1);
         store_p(x.sp(j1), pb, ra, lane);
         if ((lane & 3) == 0) {
-          x.stats[128 + ra] = m1[0], x.stats[128 + ra + 8] = m1[1];
-          x.stats[192 + ra] = c1[0], x.stats[192 + ra + 8] = c1[1];
+          sts(x.stat(kM1, ra), m1[0]), sts(x.stat(kM1, ra + 8), m1[1]);
+          sts(x.stat(kC1, ra), c1[0]), sts(x.stat(kC1, ra + 8), c1[1]);
         }
         fence_async_smem();
         mbar_arrive(x.ex(kExR1));
@@ -586,10 +632,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
 
   // Epilogue: l = warpgroup 0's sum (even blocks) + warpgroup 1's (odd blocks), both against the final max,
   // which both warpgroups hold (warpgroup 0 read it from warpgroup 1's statistics).
-  float* sL = x.stats + 256;
   if ((lane & 3) == 0) {
-    sL[wg * 64 + ra] = l_run[0];
-    sL[wg * 64 + ra + 8] = l_run[1];
+    sts(x.stat(kL0 + wg, ra), l_run[0]);
+    sts(x.stat(kL0 + wg, ra + 8), l_run[1]);
   }
   __syncthreads();
   const bool split = tv::n_splits(n_keys, chunk) > 1;
@@ -599,7 +644,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     const int r = ra + 8 * h;
     if (r >= rows_here) continue;
     const size_t R = static_cast<size_t>(R0 + r);
-    const float l = sL[r] + sL[64 + r], inv = l > 0.f ? 1.f / l : 0.f;
+    const float l = lds(x.stat(kL0, r)) + lds(x.stat(kL1, r)), inv = l > 0.f ? 1.f / l : 0.f;
     if (wg == 0 && (lane & 3) == 0) {
       if (split)
         part_lse[off * QH + R] = l > 0.f ? (m_run[h] + log2f(l)) * kLn2 : neg_inf();

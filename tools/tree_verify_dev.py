@@ -378,10 +378,9 @@ VARIANTS_SM90A = {
         ("for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));", ";"),
     ],
     "no_exp_no_mask": [
-        ("ex2(fmaf(acc[i], x.scale_log2, -m_use[h]))", "fmaf(acc[i], x.scale_log2, -m_use[h])"),
-        ("ex2(fmaf(acc[i + 1], x.scale_log2, -m_use[h]))", "fmaf(acc[i + 1], x.scale_log2, -m_use[h])"),
-        ("  if (!plain) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {",
-         "  if (false) {\n#pragma unroll\n    for (int i = 0; i < 32; ++i) {"),
+        ("ex2(fmaf(acc[i], scale_log2, -m_use[h]))", "fmaf(acc[i], scale_log2, -m_use[h])"),
+        ("ex2(fmaf(acc[i + 1], scale_log2, -m_use[h]))", "fmaf(acc[i + 1], scale_log2, -m_use[h])"),
+        ("  r.all = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;", "  r.all = true;"),
     ],
     "no_o_rescale": [("  if (!__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) return;", "  return;")],
 }  # fmt: skip
