@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import inspect
 
 from adapters import ENTRY_POINT_GROUP, Implementation
 
@@ -48,7 +49,7 @@ def load(name: str) -> Implementation:
         if not hasattr(obj, part):
             raise NotFound(f"{name!r}: {module} has no attribute {attr}")
         obj = getattr(obj, part)
-    if callable(obj) and not isinstance(obj, Implementation):
+    if inspect.isfunction(obj):  # a factory: the package defers its heavy imports to the call
         obj = obj()
     if not isinstance(obj, Implementation):
         raise NotFound(f"{name!r}: {target} is a {type(obj).__name__}, not an adapters.Implementation")
