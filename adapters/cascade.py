@@ -76,7 +76,7 @@ class Cascade:
         self.prefix_lens = torch.from_numpy(np.ascontiguousarray(prefix_lens)).to(device)
         self.bits = visibility_bits(torch.from_numpy(np.ascontiguousarray(visibility).view(np.int32)).to(device), Q)
         self.sel = torch.from_numpy(self.with_prefix).to(device)
-        self.prefix_plan = None
+        self.prefix_plan: flashmla.Plan | flashinfer_mla.Plan | None = None
         if len(self.with_prefix):
             bt, kv_lens = block_table[self.with_prefix], prefix_lens[self.with_prefix]
             if peer == "flashmla":

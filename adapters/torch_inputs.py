@@ -6,6 +6,7 @@ a foreign CUDA array gets the contract's own message. Shared by the peer adapter
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,8 @@ def host(t) -> np.ndarray:
 class Checked:
     """The validated call: device tensors as given, host copies of the small arrays, the contract's dims."""
 
-    q: object
-    kv_cache: object
+    q: Any  # torch tensors (torch is optional: not a type the module can name at import)
+    kv_cache: Any
     block_table: np.ndarray
     prefix_lens: np.ndarray
     visibility: np.ndarray

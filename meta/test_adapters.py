@@ -221,3 +221,30 @@ def test_staging_round_trips_bf16_on_the_cpu():
     t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     back = torch_staging.to_host(t)
     assert back.dtype == contract.BF16 and (back.view(np.int16) == a.view(np.int16)).all()
+
+
+# --- the peers' oracle check, on the CPU --------------------------------------------------------------------
+def test_peer_check_catches_a_comparator_that_computes_something_else():
+    """peers.check passes the oracle's own answer rounded to bf16 and fails a broken comparator: the same
+    attention with the chain's causal mask dropped (every query sees every tree row)."""
+    torch = pytest.importorskip("torch")
+    from harness.bench import peers
+    from harness.bench import verify_baselines as vb
+    from reference import tree_verify as ref
+
+    case = vb.make_case(2, 4, 8, 100, device="cpu", chain=True)
+    h = lambda t: t.view(torch.int16).numpy().view(contract.BF16)
+    args = (h(case.q), h(case.kv), case.block_table, case.prefix_lens, case.visibility, case.scale)
+    o64, l64 = ref.tree_verify_float64(*args)
+    good = peers.check(case, torch.from_numpy(o64).to(torch.bfloat16), torch.from_numpy(l64).float())
+    assert good["ok"], good
+    o_bad, l_bad = o64.copy(), l64.copy()  # the causal mask dropped: every query sees the whole chain
+    for b in range(2):
+        keys = contract.paged.cache_rows(args[1], case.block_table, b, np.arange(104)).astype(np.float64)
+        s = np.einsum("qhd,kd->qhk", args[0][b].astype(np.float64), keys) * case.scale
+        l_bad[b] = np.log(np.exp(s).sum(-1))
+        o_bad[b] = np.einsum("qhk,kd->qhd", np.exp(s - l_bad[b][..., None]), keys[:, :512])
+    bad = peers.check(case, torch.from_numpy(o_bad).to(torch.bfloat16), torch.from_numpy(l_bad).float())
+    assert not bad["ok"] and bad["max_cos_diff"] > 1e-4, bad
+    base2 = peers.check(case, torch.from_numpy(o64).to(torch.bfloat16), torch.from_numpy(l64 / np.log(2)).float())
+    assert not base2["ok"], "an lse left in base 2 must be caught"
