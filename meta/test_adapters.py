@@ -140,11 +140,13 @@ def test_report_keeps_not_claimed_apart():
 
 
 # --- the example package, for real --------------------------------------------------------------------------
-def _conformance(tmp_path, *impl_names, env_extra=None):
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "dev", **(env_extra or {})}
+OP_FILES = ("conformance/test_tree_verify.py", "conformance/test_tree_build.py", "conformance/test_tree_accept.py")
+
+
+def _conformance(tmp_path, *impl_names, files=OP_FILES):
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLE), env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-n", "0",
-           "conformance/test_tree_verify.py", "conformance/test_tree_build.py", "conformance/test_tree_accept.py",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *files,
            "--report-dir", str(tmp_path), *(f"--impl={n}" for n in impl_names)]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     report = tmp_path / "conformance.json"
@@ -164,6 +166,18 @@ def test_example_package_right_certified_wrong_fails_by_clause(tmp_path):
     assert "TB.2.2" in wrong["fail"], "ranking tied candidates by token id must fail the pop order"
     assert {"TV.1.1", "TB.1.1", "TA.1.1"} <= set(wrong["pass"])  # its bad-input refusals are intact
     assert {"TV.2.2", "TV.2.9"} <= set(wrong["not claimed"])
+
+
+def test_chains_only_declaration_draws_inside_it(tmp_path):
+    """A chain-only, page-64, bf16 implementation that refuses anything else (the reference behind FlashMLA's
+    declaration) passes every tree_verify test the suite claims for it: the strategies and the fixed-shape
+    tests fitted their inputs; what they could not fit is not claimed, never failed."""
+    proc, by = _conformance(tmp_path, "kdtree_example_impl:CHAINS_ONLY", files=("conformance/test_tree_verify.py",))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    e = by["example-chains-only 0.1.0"]
+    assert e["fail"] == []
+    assert {"TV.1.1", "TV.2.2", "TV.2.5", "TV.2.7", "TV.2.9", "TV.3.1", "TV.3.2", "TV.3.5"} <= set(e["pass"])
+    assert {"TV.2.1", "TV.2.3", "TV.3.3"} <= set(e["not claimed"])  # fp32 clauses; no batch-invariance promise
 
 
 def test_example_package_entry_points(request, tmp_path):

@@ -8,6 +8,10 @@
   matching sibling instead of the first (TA.2.2); tree_verify keeps its log-sum-exp in base 2, as
   exp2-based kernels compute it, and forgets to convert it to the natural log (TV.2.3).
 
+- CHAINS_ONLY: tree_verify alone, the reference behind the declaration a causal decode kernel makes (bf16,
+  pages of 64, chains only, no batch-invariance promise), refusing anything else: the suite must draw its
+  inputs inside that declaration and report the rest as not claimed.
+
 Reach them with `pytest conformance --impl kdtree_example_impl:CORRECT` or, once installed
 (`pip install examples/kdtree_example_impl`), `--impl example-correct`.
 """
@@ -40,4 +44,16 @@ WRONG = Implementation(
         "tree_accept": Op(ops.tree_accept_pushed_front),
     },
     description="CORRECT with one plausible bug per op (ties by token id, last matching sibling, base-2 lse)",
+)
+
+CHAINS_ONLY = Implementation(
+    name="example-chains-only",
+    version=__version__,
+    ops={
+        "tree_verify": Op(
+            ops.tree_verify_chains_only,
+            Capabilities(dtypes=("bfloat16",), dims={"page_size": {64}}, trees="chains", batch_invariant=False),
+        )
+    },
+    description="the tree_verify reference behind a FlashMLA-like declaration, refusing anything outside it",
 )

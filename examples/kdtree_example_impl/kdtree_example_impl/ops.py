@@ -10,6 +10,7 @@ from contract.paged import cache_rows
 from contract.trees import unpack_visibility
 from reference import tree_accept as _ref_accept
 from reference import tree_build as _ref_build
+from reference import tree_verify as _ref_verify
 
 
 # ------------------------------------------------------------------------------------------- tree_build
@@ -109,3 +110,16 @@ def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale
 def tree_verify_base2_lse(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
     """BUG: the same attention computed with exp2, its lse returned in base 2 instead of the natural log."""
     return _attention(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale, natural_log=False)
+
+
+@TREE_VERIFY.implements
+def tree_verify_chains_only(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
+    """The reference behind the declaration a causal decode kernel makes (bf16, pages of 64, chains only): it
+    refuses anything else, so a harness that sent it other inputs would fail, not pass."""
+    checked = TREE_VERIFY.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
+    Q = checked.dims["Q"]
+    if checked.dims["page_size"] != 64 or str(checked.args["q"].dtype) != "bfloat16":
+        raise NotImplementedError("kv_cache: pages of 64 rows and bfloat16 only")
+    if not (unpack_visibility(checked.args["visibility"], Q) == np.tril(np.ones((Q, Q), bool))[None]).all():
+        raise NotImplementedError("visibility: chains only (row i sees tree rows 0..i in every request)")
+    return _ref_verify.tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
