@@ -100,16 +100,15 @@ class Cascade:
         return out.to(q.dtype), lse
 
 
-def _tree_verify(peer: str, caps_of):
+def _tree_verify(peer: str, caps: Capabilities):
     @TREE_VERIFY.implements
     def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
         """The cascade over a peer (torch CUDA tensors in and out), any tree."""
         c = ti.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
-        caps = caps_of()
-        if ti.np_dtype(c.q).name != "bfloat16" and caps.dtypes == ("bfloat16",):
-            ti.refuse("q", f"the {peer} cascade takes bfloat16 q and cache, not {ti.np_dtype(c.q)}")
+        if caps.dtypes is not None and ti.np_dtype(c.q).name not in caps.dtypes:
+            ti.refuse("q", f"the {peer} cascade takes {'/'.join(caps.dtypes)} q and cache, not {ti.np_dtype(c.q)}")
         if "page_size" in caps.dims and c.dims["page_size"] not in caps.dims["page_size"]:
-            ti.refuse("kv_cache", f"the {peer} cascade takes pages of {flashmla.PAGE} rows")
+            ti.refuse("kv_cache", f"the {peer} cascade takes pages of {caps.dims['page_size']} rows")
         cas = Cascade(peer, c.block_table, c.prefix_lens, c.visibility, Q=c.dims["Q"], H=c.dims["H"],
                       page_size=c.dims["page_size"], softmax_scale=c.softmax_scale, device=q.device)  # fmt: skip
         out, lse = cas.run(q.contiguous(), kv_cache.contiguous())
@@ -118,25 +117,24 @@ def _tree_verify(peer: str, caps_of):
     return tree_verify
 
 
-def _caps(peer_caps: Capabilities) -> Capabilities:
-    return Capabilities(dtypes=peer_caps.dtypes, dims=dict(peer_caps.dims), trees="any", batch_invariant=False)
+def cascade_implementation(name: str, peer: str, peer_caps: Capabilities, version: str, available, what: str):
+    """The cascade over `peer` as an Implementation: the peer's dtypes and page sizes, any tree, and no
+    batch-invariance promise (cuBLAS picks the tree pass's kernels by shape)."""
+    caps = Capabilities(dtypes=peer_caps.dtypes, dims=dict(peer_caps.dims), trees="any", batch_invariant=False)
+    return Implementation(
+        name=name,
+        version=version,
+        ops={"tree_verify": Op(_tree_verify(peer, caps), caps)},
+        arrays="device",
+        available=available,
+        description=f"{what} over the prefix (not causal) + a torch pass over the tree rows + a merge by lse",
+    )
 
 
-_FLASHMLA_CAPS = _caps(flashmla.CAPS)
-FLASHMLA_CASCADE = Implementation(
-    name="flashmla-cascade",
-    version=flashmla.version(),
-    ops={"tree_verify": Op(_tree_verify("flashmla", lambda: _FLASHMLA_CAPS), _FLASHMLA_CAPS)},
-    arrays="device",
-    available=flashmla.available,
-    description="FlashMLA over the prefix (not causal) + a torch pass over the tree rows + a merge by lse",
+FLASHMLA_CASCADE = cascade_implementation(
+    "flashmla-cascade", "flashmla", flashmla.CAPS, flashmla.version(), flashmla.available, "FlashMLA"
 )
-_FLASHINFER_CAPS = _caps(flashinfer_mla.CAPS)
-FLASHINFER_CASCADE = Implementation(
-    name="flashinfer-mla-cascade",
-    version=flashinfer_mla.version(),
-    ops={"tree_verify": Op(_tree_verify("flashinfer_fa3", lambda: _FLASHINFER_CAPS), _FLASHINFER_CAPS)},
-    arrays="device",
-    available=lambda: flashinfer_mla.available("fa3"),
-    description="FlashInfer MLA (fa3) over the prefix (not causal) + a torch pass over the tree rows + a merge",
-)
+FLASHINFER_CASCADE = cascade_implementation(
+    "flashinfer-mla-cascade", "flashinfer_fa3", flashinfer_mla.CAPS, flashinfer_mla.version(),
+    lambda: flashinfer_mla.available("fa3"), "FlashInfer MLA (fa3)",
+)  # fmt: skip

@@ -262,3 +262,24 @@ def test_peer_check_catches_a_comparator_that_computes_something_else():
     assert not bad["ok"] and bad["max_cos_diff"] > 1e-4, bad
     base2 = peers.check(case, torch.from_numpy(o64).to(torch.bfloat16), torch.from_numpy(l64 / np.log(2)).float())
     assert not base2["ok"], "an lse left in base 2 must be caught"
+
+
+def test_bench_report_shows_peers_and_the_read_ceiling():
+    """A tree_verify case with peers: the table has each peer's µs and the ratio to it, a peer that failed its
+    oracle check reads `wrong`, and the kernel's fraction of the read ceiling is shown."""
+    from harness.bench import record, report
+
+    t = lambda us: {"median_us": us, "p10_us": us, "p90_us": us, "rel_spread": 0.0, "n": 5, "where": "device",
+                    "method": "x"}  # fmt: skip
+    info = record.build(
+        op="tree_verify", impl="cuda:sm90a", shape={"H": 64, "Q": 2, "prefix": 8192, "bs": 1, "sweep": "chain"},
+        time=t(60.0), bytes_moved=4_000_000_000 * 60 // 10**6, flops=10**9,
+        ceilings={"copy_gbs": 4000.0, "read_gbs": 4400.0, "bf16_tflops": 800.0},
+        comparators={"flashmla": record.comparator(t(30.0), check={"ok": True}),
+                     "flashinfer_mla": record.comparator(error="wrong result against the float64 oracle: {...}")},
+    )  # fmt: skip
+    case = {**info, "impl": "cuda", "variant": "sm90a", "name": "x", "fullname": "x", "stage_file": "f"}
+    lines = "\n".join(report.tree_verify_section([case], {}))
+    assert "| flashmla µs | × vs flashmla |" in lines and "| 30 | 0.5 |" in lines
+    assert "| wrong | — |" in lines
+    assert f"{100 * info['fraction']['read']:.1f} %" in lines

@@ -32,12 +32,12 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$BUIL
 
 unpack() { python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
 unpack "$OUT"/wheels/sgl_flash_mla-*.whl "$OUT/site"
-unpack "$(ls "$OUT"/wheels/apache_tvm_ffi-*cp${RUNNER_PY/./}*.whl)" "$OUT/site"
+unpack "$(ls "$OUT"/wheels/apache_tvm_ffi-*cp"${RUNNER_PY/./}"*.whl)" "$OUT/site"
 unpack "$OUT"/wheels/flashinfer_python-*.whl "$OUT/site"
 # the build tree: the whole FlashInfer (sources to compile from) and tvm_ffi for the build Python
 rm -rf "$OUT/build/site" && mkdir -p "$OUT/build/site"
 unpack "$OUT"/wheels/flashinfer_python-*.whl "$OUT/build/site"
-unpack "$(ls "$OUT"/build/wheels/apache_tvm_ffi-*cp${BUILD_TAG/./}*.whl)" "$OUT/build/site"
+unpack "$(ls "$OUT"/build/wheels/apache_tvm_ffi-*cp"${BUILD_TAG/./}"*.whl)" "$OUT/build/site"
 
 MINIMAL_INIT='"""flashinfer, trimmed by tools/peers_setup.sh to what flashinfer.mla needs: the full package __init__
 imports packages an offline GPU runner lacks (cuda-tile, cudnn-frontend, cutlass-dsl)."""

@@ -24,28 +24,24 @@ __version__ = "0.1.0"
 
 _FP32 = Capabilities(dtypes=("float32",))
 
-CORRECT = Implementation(
-    name="example-correct",
-    version=__version__,
-    ops={
-        "tree_build": Op(ops.tree_build),
-        "tree_verify": Op(ops.tree_verify, _FP32),
-        "tree_accept": Op(ops.tree_accept),
-    },
-    description="the references for tree_build/tree_accept, an own float64 numpy attention for tree_verify",
-)
 
-WRONG = Implementation(
-    name="example-wrong",
-    version=__version__,
-    ops={
-        "tree_build": Op(ops.tree_build_id_ties),
-        "tree_verify": Op(ops.tree_verify_base2_lse, _FP32),
-        "tree_accept": Op(ops.tree_accept_pushed_front),
-    },
-    description="CORRECT with one plausible bug per op (ties by token id, last matching sibling, base-2 lse)",
-)
+def _all_ops(name: str, build, verify, accept, description: str) -> Implementation:
+    return Implementation(
+        name=name,
+        version=__version__,
+        ops={"tree_build": Op(build), "tree_verify": Op(verify, _FP32), "tree_accept": Op(accept)},
+        description=description,
+    )
 
+
+CORRECT = _all_ops(
+    "example-correct", ops.tree_build, ops.tree_verify, ops.tree_accept,
+    "the references for tree_build/tree_accept, an own float64 numpy attention for tree_verify",
+)  # fmt: skip
+WRONG = _all_ops(
+    "example-wrong", ops.tree_build_id_ties, ops.tree_verify_base2_lse, ops.tree_accept_pushed_front,
+    "CORRECT with one plausible bug per op (ties by token id, last matching sibling, base-2 lse)",
+)  # fmt: skip
 CHAINS_ONLY = Implementation(
     name="example-chains-only",
     version=__version__,
