@@ -44,7 +44,9 @@ def pytest_addoption(parser):
         action="append",
         default=None,
         help="implementation(s) under test, repeat for several: reference, cuda (every variant), cuda:NAME, "
-        "engine-cpu, engine-cuda (default: all; those that cannot run here skip with the reason)",
+        "engine-cpu, engine-cuda, or an external one: module:attribute of an adapters.Implementation or an "
+        "installed entry point's name (docs/ADAPTERS.md) (default: the built-ins; those that cannot run here "
+        "skip with the reason)",
     )
     parser.addoption(
         "--require-gpu",
@@ -152,7 +154,7 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(item, "callspec", None)
         params = params.params if params else {}
         impl = params.get("impl", params.get("reader", "-"))
-        item.user_properties.append(("spec_ids", tuple(ids)))
+        item.user_properties.append(("spec_ids", spec.for_dtype(ids, params.get("dtype"))))
         item.user_properties.append(("impl", impl))
         item.user_properties.append(
             ("device", impls.device_label(impl, params.get("arch"), item.get_closest_marker("gpu") is not None))
@@ -167,7 +169,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     params = getattr(item, "callspec", None)
     impl = params.params.get("impl") if params else None
-    if item.get_closest_marker("gpu") or (impl and (impl.startswith("cuda") or impl == "engine-cuda")):
+    if item.get_closest_marker("gpu") or (impl and impls.on_gpu(impl)):
         p = device.probe()
         if not p.ok:
             (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")

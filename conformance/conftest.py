@@ -2,7 +2,7 @@
 
 import pytest
 
-from harness import impls
+from harness import claims, impls
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +30,23 @@ def _served_by(request):
     served = tree_verify_ops.take_served()
     if served:
         request.node.user_properties.append(("served_by", served))
+
+
+@pytest.fixture(autouse=True)
+def _declaration(request):
+    """An external implementation's declaration, while its test runs: the strategies draw inside it, and a
+    test of a clause needing a promise it does not make (determinism, batch invariance) is not claimed."""
+    if "impl" not in request.fixturenames:
+        yield
+        return
+    impl = request.getfixturevalue("impl")
+    if impl.declaration is not None:
+        ids = [i for m in request.node.iter_markers("spec") for i in m.args]
+        why = claims.unpromised(impl.declaration, ids)
+        if why:
+            claims.not_claimed(f"{impl.name}: {why}")
+    token = claims.activate(impl if impl.declaration is not None else None)
+    try:
+        yield
+    finally:
+        claims.deactivate(token)

@@ -120,15 +120,20 @@ class OpContract:
         b.apply_defaults()
         return dict(b.arguments)
 
-    def implements(self, fn):
-        """Decorator for an implementation of this op: its parameters must be the contract's (names, order,
-        kinds, defaults), and its docstring gets the contract appended (so help() shows shapes and limits)."""
+    def check_signature(self, fn) -> None:
+        """TypeError unless fn's parameters are the contract's (names, order, kinds, defaults)."""
         got = inspect.signature(fn)
         want = self.signature()
         if [(p.name, p.kind, p.default) for p in got.parameters.values()] != [
             (p.name, p.kind, p.default) for p in want.parameters.values()
         ]:
-            raise TypeError(f"{fn.__module__}.{fn.__qualname__}{got} does not match the {self.slug} contract {want}")
+            name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+            raise TypeError(f"{name}{got} does not match the {self.slug} contract {want}")
+
+    def implements(self, fn):
+        """Decorator for an implementation of this op: its parameters must be the contract's (names, order,
+        kinds, defaults), and its docstring gets the contract appended (so help() shows shapes and limits)."""
+        self.check_signature(fn)
         fn.__doc__ = (inspect.cleandoc(fn.__doc__ or "") + "\n\n" + self.doc()).strip()
         fn.contract = self
         return fn

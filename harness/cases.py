@@ -12,7 +12,7 @@ import pytest
 
 import contract
 
-from . import impls
+from . import claims, impls
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -77,7 +77,10 @@ def input_dtypes(case: Case) -> list[np.dtype]:
 
 
 def function(impl, op: str, **knobs):
-    """The implementation's op function, or a skip naming why it cannot run here."""
+    """The implementation's op function, or a skip naming why it cannot run here (not claimed: an external
+    implementation without the op)."""
+    if impl.declaration is not None and op not in impl.loaders:
+        claims.not_claimed(f"{impl.name} has no {op} (it declares {', '.join(impl.loaders)})")
     try:
         return impl.op(op, **knobs)
     except impls.Unavailable as e:
@@ -86,13 +89,19 @@ def function(impl, op: str, **knobs):
 
 def run(impl, case: Case, **knobs):
     """Run `case` on `impl` (with tuning knobs where it has them); skips (with the reason) where the
-    implementation cannot take it."""
+    implementation cannot take it, and ends the test as not claimed where the case lies outside what an
+    external implementation declares (harness/claims.py)."""
     fn = function(impl, case.op, **knobs)
     try:
         for dt in input_dtypes(case):
             impl.check_dtype(case.op, dt)
     except impls.Unavailable as e:
         pytest.skip(str(e))
+    caps = impl.caps(case.op)
+    if caps is not None:
+        why = claims.outside(caps, case)
+        if why:
+            claims.not_claimed(f"{impl.name} declares {caps.describe()}; this case has {why}")
     return fn(**case.args)
 
 

@@ -2,25 +2,28 @@
 can run a case here (the `impl` fixture and `harness.cases.run` skip with its reason).
 
 Names: `reference` (numpy), `cuda:VARIANT` (one kernel variant per op that has it; `cuda` selects every
-variant), `engine-cpu` and `engine-cuda` (the C++ engine binary through KDTR files). Each implementation
-declares what it can do: its ops, the input dtypes each takes, whether it takes device arrays, where it
-runs, and how many reruns a determinism check gives it.
+variant), `engine-cpu` and `engine-cuda` (the C++ engine binary through KDTR files), and external
+implementations (adapters.protocol): `module:attribute` or an installed entry point's name (harness/external.py),
+which are never in the default selection. Each implementation declares what it can do: its ops, the input
+dtypes each takes, whether it takes device arrays, where it runs, and how many reruns a determinism check
+gives it; an external one also declares per op the inputs it claims (harness/claims.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 from collections.abc import Callable
 
 import numpy as np
 
 from kernels_cu import specs
 
-from . import device, tools
+from . import device, external, tools
 
 OPS = ("tree_build", "tree_verify", "tree_accept")
-KINDS = ("reference", "cuda", "engine-cpu", "engine-cuda")
+KINDS = ("reference", "cuda", "engine-cpu", "engine-cuda")  # the built-ins, the default selection
 
 
 class Unavailable(Exception):
@@ -40,6 +43,8 @@ class Impl:
     why_not: str | None = None  # set when the implementation cannot run on this machine at all
     knobs: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # op -> its tuning knobs
     missing_tool: bool = False  # why_not is a project tool that is not built (a failure under --require-tools)
+    declaration: dict | None = None  # external: op -> adapters.Capabilities it claims (None: all the contract)
+    version: str | None = None  # external: the implementation's own version
 
     def op(self, slug: str, **knobs):
         """The op function, or Unavailable naming why not. Tuning knobs (e.g. a forced split chunk) reach an
@@ -60,6 +65,10 @@ class Impl:
         allowed = self.dtypes.get(slug)
         if allowed is not None and np.dtype(dtype).name not in allowed:
             raise Unavailable(f"{self.name} takes {' or '.join(allowed)} for {slug}, not {np.dtype(dtype).name}")
+
+    def caps(self, op: str):
+        """The adapters.Capabilities this implementation declares for `op` (None: it declares nothing)."""
+        return None if self.declaration is None else self.declaration.get(op)
 
     def __repr__(self):
         return f"Impl({self.name})"
@@ -121,21 +130,71 @@ def _engine(kind: str) -> Impl:
     return Impl(kind, kind, None, loaders, on_gpu=True, reruns=10, why_not=why, missing_tool=why is not None and p.ok)
 
 
+def _external(name: str) -> Impl:
+    """An adapters.Implementation as a registry entry: its ops (device-array ones staged through torch), its
+    declaration, and why it cannot run here (its own answer, or no GPU / no torch for a device one)."""
+    from . import torch_staging
+
+    ext = external.load(name)
+    device_arrays = ext.arrays == "device"
+    why = None
+    if device_arrays:
+        p = device.probe()
+        why = None if p.ok else f"GPU unavailable: {p.reason}"
+        if why is None and importlib.util.find_spec("torch") is None:
+            why = "torch is not installed (a device-array implementation takes torch CUDA tensors)"
+    if why is None:
+        try:
+            why = ext.available()
+        except Exception as e:  # an availability probe that fails says why as well as one that answers
+            why = f"its availability check failed: {type(e).__name__}: {e}"
+    loaders = {
+        op: (lambda e=entry, op=op: torch_staging.staged(e.fn, op) if device_arrays else e.fn)
+        for op, entry in ext.ops.items()
+    }
+    return Impl(
+        name,
+        "external",
+        None,
+        loaders,
+        on_gpu=device_arrays,
+        why_not=None if why is None else f"{ext.name} {ext.version}: {why}",
+        declaration={op: entry.caps for op, entry in ext.ops.items()},
+        version=ext.version,
+    )
+
+
 def names() -> list[str]:
-    """Every implementation name, `cuda` expanded to its variants."""
+    """Every built-in implementation name, `cuda` expanded to its variants."""
     return ["reference", *(f"cuda:{v}" for v in specs.variants()), "engine-cpu", "engine-cuda"]
 
 
 def expand(selected: list[str] | None) -> list[str]:
-    """--impl values to implementation names: none = all; `cuda` = every variant in the default selection
-    (kernels_cu/specs.py: a variant not yet proven on a GPU is left out); `cuda:NAME` = one."""
+    """--impl values to implementation names: none = the built-ins; `cuda` = every variant in the default
+    selection (kernels_cu/specs.py: a variant not yet proven on a GPU is left out); `cuda:NAME` = one;
+    `module:attribute` or an entry point's name = an external implementation (ValueError when it cannot be
+    found: a typo is a usage error, a missing dependency of a found one is a skip with its reason)."""
     out = []
     default_cuda = [f"cuda:{v}" for v in specs.variants(default_only=True)]
     for s in selected or KINDS:
         out += default_cuda if s == "cuda" else [s]
-    unknown = [n for n in out if n not in names()]
+    unknown = []
+    for n in out:
+        if n in names():
+            continue
+        if external.looks_external(n):
+            try:
+                external.load(n)
+                continue
+            except external.NotFound as e:
+                raise ValueError(f"--impl: {e}") from None
+        unknown.append(n)
     if unknown:
-        raise ValueError(f"--impl: unknown implementation {', '.join(unknown)} (have: {', '.join(names())}, cuda)")
+        installed = sorted(external.entry_points())
+        raise ValueError(
+            f"--impl: unknown implementation {', '.join(unknown)} (have: {', '.join(names() + installed)}, cuda, "
+            "or module:attribute of an adapters.Implementation)"
+        )
     return list(dict.fromkeys(out))
 
 
@@ -147,13 +206,44 @@ def get(name: str) -> Impl:
         return _cuda(name.removeprefix("cuda:"))
     if name in ("engine-cpu", "engine-cuda"):
         return _engine(name)
+    if external.looks_external(name):
+        try:
+            return _external(name)
+        except external.NotFound as e:
+            raise Unavailable(str(e)) from None
     raise Unavailable(f"unknown implementation {name!r}")
+
+
+def on_gpu(name: str) -> bool:
+    """Does the implementation run on the GPU (so 'no GPU' is a skip, or a failure under --require-gpu)?"""
+    if name.startswith("cuda") or name == "engine-cuda":
+        return True
+    if external.looks_external(name):
+        try:
+            return get(name).on_gpu
+        except Unavailable:
+            return False
+    return False
+
+
+def report_columns(name: str) -> tuple[str, str]:
+    """(impl, variant) columns of the report: `cuda:heap_smem` -> (cuda, heap_smem); an external one is
+    shown by its own name (an entry point's, or the Implementation's for module:attribute) and version."""
+    if name.startswith("cuda:"):
+        return "cuda", name.removeprefix("cuda:")
+    if name not in names() and external.looks_external(name):
+        try:
+            ext = external.load(name)
+        except external.NotFound:
+            return name, "-"
+        return (name if name in external.entry_points() else ext.name), ext.version
+    return name, "-"
 
 
 def device_label(impl: str, arch: str | None, gpu_marked: bool) -> str:
     if arch:
         return f"compile-only {arch}"
-    if impl.startswith("cuda") or impl == "engine-cuda" or gpu_marked:
+    if gpu_marked or (impl != "-" and on_gpu(impl)):
         p = device.probe()
         return f"{p.name} {p.arch}" if p.ok else "gpu (absent)"
     return "cpu"

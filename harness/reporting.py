@@ -1,9 +1,11 @@
 """pytest plugin: the conformance report (reports/conformance.json and .md).
 
-Rows are clause x implementation x device/arch with the worst outcome (fail > pass > xfail > skip) and
-counts. Each test's clause IDs, implementation and device travel in `user_properties`, which
-pytest-xdist ships from workers to the controller, so a distributed run gives one merged report; only
-the controller (or a run without xdist) writes files. Tests add extra facts the same way:
+Rows are clause x implementation x device/arch with the worst outcome (fail > pass > xfail > not claimed >
+skip) and counts. "not claimed" is an external implementation's test whose inputs lie outside what it
+declares (harness/claims.py): neither a pass nor a skip that hides; each implementation's summary lists the
+clauses it is certified for, fails, and does not claim. Each test's clause IDs, implementation and device
+travel in `user_properties`, which pytest-xdist ships from workers to the controller, so a distributed run
+gives one merged report; only the controller (or a run without xdist) writes files. Tests add extra facts the same way:
 `("kernel_resources", {...})` for ptxas registers/smem/spills, `("mutants", {...})` for kill counts.
 """
 
@@ -16,10 +18,11 @@ import pathlib
 
 import pytest
 
-from . import device, skip_summary, spec
+from . import claims, device, impls, skip_summary, spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RANK = {"failed": 3, "passed": 2, "xfailed": 1, "skipped": 0}
+RANK = {"failed": 4, "passed": 3, "xfailed": 2, "not_claimed": 1, "skipped": 0}
+STATUS = {"passed": "pass", "failed": "fail", "xfailed": "xfail", "not_claimed": "not claimed", "skipped": "skip"}
 
 
 def pytest_addoption(parser):
@@ -37,7 +40,7 @@ class _Collector:
         self.resources: dict[str, dict] = {}
         self.mutants: dict[str, dict] = {}
         self.served: collections.Counter = collections.Counter()  # "requested -> served (inputs)": calls
-        self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0}
+        self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "not_claimed": 0}
         self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
         self.skips: collections.Counter = collections.Counter()  # every skipped test's reason (spec'd or not)
         self.data: dict | None = None
@@ -57,17 +60,21 @@ class _Collector:
         outcome = _outcome(report)
         if outcome is None:
             return
-        if outcome == "skipped":
-            self.skips[skip_summary.reason_of(report) or "(no reason given)"] += 1
+        reason = skip_summary.reason_of(report) if outcome == "skipped" else None
+        if claims.is_not_claimed(reason):
+            outcome = "not_claimed"
+        elif outcome == "skipped":
+            self.skips[reason or "(no reason given)"] += 1
         self.tests[outcome] += 1
         for sid in props.get("spec_ids", ()):
             key = (sid, props.get("impl", "-"), props.get("device", "cpu"))
-            row = self.rows.setdefault(key, {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "skip_reasons": []})
+            row = self.rows.setdefault(key, {**dict.fromkeys(RANK, 0), "skip_reasons": [], "not_claimed_reasons": []})
             row[outcome] += 1
-            if outcome == "skipped" and isinstance(report.longrepr, tuple):
-                reason = str(report.longrepr[2]).removeprefix("Skipped: ")
-                if reason not in row["skip_reasons"] and len(row["skip_reasons"]) < 3:
-                    row["skip_reasons"].append(reason)
+            kept = {"skipped": "skip_reasons", "not_claimed": "not_claimed_reasons"}.get(outcome)
+            if kept and reason:
+                reason = reason.removeprefix(claims.NOT_CLAIMED)
+                if reason not in row[kept] and len(row[kept]) < 3:
+                    row[kept].append(reason)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter):
@@ -109,7 +116,7 @@ class _Collector:
         for (sid, impl, dev), r in sorted(self.rows.items()):
             status = max((k for k in RANK if r[k]), key=RANK.get, default="skipped")
             c = reg.get(sid)
-            kind, _, variant = impl.partition(":")
+            kind, variant = impls.report_columns(impl)
             rows.append(
                 {
                     "clause": sid,
@@ -118,17 +125,21 @@ class _Collector:
                     "impl": kind,
                     "variant": variant or "-",
                     "device": dev,
-                    "status": {"passed": "pass", "failed": "fail", "xfailed": "xfail", "skipped": "skip"}[status],
-                    **{k: r[k] for k in ("passed", "failed", "skipped", "xfailed")},
+                    "status": STATUS[status],
+                    **{k: r[k] for k in RANK},
                     "skip_reasons": r["skip_reasons"],
+                    "not_claimed_reasons": r["not_claimed_reasons"],
                 }
             )
         covered = {r["clause"] for r in rows}
-        summary = {s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail")}
+        summary = {
+            s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail", "not claimed")
+        }
         summary["tests"] = self.tests
         summary["clauses_without_result"] = sorted(set(reg) - covered)
         summary["not_checked"] = skip_summary.not_checked(rows)
         summary["skip_groups"] = skip_summary.group_rows(rows)
+        summary["by_impl"] = by_impl(rows, self.config.getoption("--impl", default=None))
         return {
             "environment": {
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -151,6 +162,42 @@ class _Collector:
             "mutants": self.mutants,
             "served_by": dict(sorted(self.served.items())),
         }
+
+
+def _impl_key(impl: str, variant: str | None) -> str:
+    return impl if variant in ("-", None) else f"{impl} {variant}"
+
+
+def by_impl(rows: list[dict], selected) -> dict:
+    """Per implementation (and variant): the clauses certified (pass), failed, not claimed and skipped, and
+    for an external one what it declares."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        if r["impl"] == "-":  # tests of no implementation (the fixtures' freshness, say)
+            continue
+        key = _impl_key(r["impl"], r.get("variant", "-"))
+        e = out.setdefault(key, {"pass": [], "fail": [], "not claimed": [], "skip": [], "xfail": []})
+        if r["clause"] not in e[r["status"]]:
+            e[r["status"]].append(r["clause"])
+    for name in dict.fromkeys(selected or ()):
+        try:
+            impl = impls.get(name)
+        except impls.Unavailable:
+            continue
+        if impl.declaration is None:
+            continue
+        key = _impl_key(*impls.report_columns(name))
+        out.setdefault(key, {"pass": [], "fail": [], "not claimed": [], "skip": [], "xfail": []})["declares"] = {
+            op: caps.describe() for op, caps in impl.declaration.items()
+        }
+    # a clause failing in one row and passing in another (two devices) counts as failing
+    for e in out.values():
+        for worse, better in (("fail", "pass"), ("fail", "not claimed"), ("pass", "not claimed"), ("pass", "skip"),
+                              ("not claimed", "skip")):  # fmt: skip
+            e[better] = [c for c in e[better] if c not in e[worse]]
+        for k in ("pass", "fail", "not claimed", "skip", "xfail"):
+            e[k] = sorted(e[k], key=spec.sort_key)
+    return dict(sorted(out.items()))
 
 
 def _outcome(report) -> str | None:
@@ -185,9 +232,11 @@ def render_markdown(data: dict) -> str:
     s = data["summary"]
     lines += [
         "",
-        f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s['skip']} skip, {s['xfail']} xfail. **Tests:** {s['tests']}.",
+        f"**Rows:** {s['pass']} pass, {s['fail']} fail, {s.get('not claimed', 0)} not claimed, {s['skip']} skip, "
+        f"{s['xfail']} xfail. **Tests:** {s['tests']}.",
         "",
     ]
+    lines += impl_summary_markdown(s.get("by_impl") or {})
     if s.get("not_checked"):
         lines += [f"**{s['not_checked']}**", ""]
     if s["clauses_without_result"]:
@@ -202,6 +251,9 @@ def render_markdown(data: dict) -> str:
         if r["status"] == "skip":
             continue
         note = f"{r['skipped']} test(s) skipped: {'; '.join(r['skip_reasons'])}"[:160] if r["skipped"] else ""
+        if r.get("not_claimed"):
+            nc = f"{r['not_claimed']} test(s) not claimed: {'; '.join(r.get('not_claimed_reasons', []))}"[:200]
+            note = f"{note}; {nc}" if note else nc
         lines.append(
             f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r.get('variant', '-')} | "
             f"{r['device']} | "
@@ -243,6 +295,23 @@ def render_markdown(data: dict) -> str:
         ]
         lines += [f"| {k} | {n} |" for k, n in data["served_by"].items()]
     return "\n".join(lines) + "\n"
+
+
+def impl_summary_markdown(by: dict) -> list[str]:
+    """The per-implementation summary: what each implementation is certified for, fails, does not claim."""
+    if not by:
+        return []
+    lines = [
+        "## Per implementation",
+        "",
+        "| impl | certified (pass) | fail | not claimed | skipped | declares |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in by.items():
+        declares = "; ".join(f"{op}: {d}" for op, d in (e.get("declares") or {}).items()) or "—"
+        cells = [", ".join(e[k]) or "—" for k in ("pass", "fail", "not claimed", "skip")]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {declares} |")
+    return [*lines, ""]
 
 
 def pytest_configure(config):

@@ -87,6 +87,31 @@ def registry(spec_dir: pathlib.Path = SPEC_DIR) -> dict[str, Clause]:
     return out
 
 
+# Clauses about one input dtype: a test parametrized by dtype checks only its own dtype's (harness/claims.py
+# reports a dtype an implementation does not declare as not claimed, clause by clause).
+DTYPE_CLAUSES = {"float32": ("TV.2.1", "TV.2.3"), "bfloat16": ("TV.2.2", "TV.2.9")}
+
+
+def for_dtype(ids, dtype) -> tuple:
+    """The clause IDs a test checks for one value of its `dtype` parameter (all of them without one)."""
+    if dtype is None:
+        return tuple(ids)
+    import numpy as np
+
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        return tuple(ids)
+    other = {c for d, cs in DTYPE_CLAUSES.items() if d != name for c in cs}
+    return tuple(i for i in ids if i not in other)
+
+
+def sort_key(spec_id: str) -> tuple:
+    """Clause IDs in reading order: TV.2.10 after TV.2.9."""
+    head, *nums = spec_id.split(".")
+    return (head, *(int(n) if n.isdigit() else 0 for n in nums))
+
+
 def clause(spec_id: str) -> Clause:
     try:
         return registry()[spec_id]

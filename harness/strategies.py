@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from . import claims
 from .cases import Case
 
 # ------------------------------------------------------------------------------------------- KDTR
@@ -279,10 +280,17 @@ def paged_cases(
     prefixes=(0, 1, 63, 64, 65, 300),
     page_sizes=(1, 16, 64),
 ):
-    bs = draw(st.integers(1, max_bs), label="bs")
-    H = draw(st.sampled_from(heads), label="H")
-    page_size = draw(st.sampled_from(page_sizes), label="page_size")
-    pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
+    # inside the declaration of the implementation under test (harness/claims.py; built-ins declare nothing)
+    claims.need_dtype("tree_verify", dtype)
+    bs = draw(st.sampled_from(claims.fit("tree_verify", "bs", range(1, max_bs + 1))), label="bs")
+    H = draw(st.sampled_from(claims.fit("tree_verify", "H", heads)), label="H")
+    page_size = draw(st.sampled_from(_page_sizes(page_sizes)), label="page_size")
+    sizes = claims.fit("tree_verify", "Q", range(1, max_nodes + 1), f"trees of 1..{max_nodes} nodes")
+    if claims.chains_only():  # one chain length for the whole batch (a causal kernel's s_q)
+        n = draw(st.sampled_from(sizes), label="n_nodes")
+        pars = [np.arange(-1, n - 1, dtype=np.int32)] * bs
+    else:
+        pars = [draw(parent_arrays(min(sizes), max(sizes))) for _ in range(bs)]
     prefix = [draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     q_scale = draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
@@ -290,11 +298,41 @@ def paged_cases(
     return paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=scale)
 
 
-def paged_case(rng, dtype, pars, prefix, page_size, H, *, q_scale=1.0, scale=0.130861) -> Case:
+def _page_sizes(wanted) -> list[int]:
+    """The page sizes the implementation under test takes among `wanted`, else the ones it declares."""
+    caps = claims.declared("tree_verify")
+    allowed = caps.dims.get("page_size") if caps is not None else None
+    if allowed is None:
+        return list(wanted)
+    kept = [p for p in wanted if p in allowed]
+    return kept or [_declared_page_size(allowed)]
+
+
+def _declared_page_size(allowed) -> int:
+    return next(p for p in (64, 16, 32, 128, 8, 1, *range(2, 1025)) if p in allowed)
+
+
+def fit_to_declaration(pars, page_size, *, strict_pages=False):
+    """Trees and page size for the implementation under test: chains of the batch's widest tree where it
+    takes chains only; a page size it takes where the one asked for is not (unless `strict_pages`: the test
+    is about that page size, and the case is then not claimed)."""
+    if claims.chains_only():
+        Q = max(len(p) for p in pars)
+        pars = [np.arange(-1, Q - 1, dtype=np.int32)] * len(pars)
+    caps = claims.declared("tree_verify")
+    allowed = caps.dims.get("page_size") if caps is not None else None
+    if allowed is not None and page_size not in allowed and not strict_pages:
+        page_size = _declared_page_size(allowed)
+    return pars, page_size
+
+
+def paged_case(rng, dtype, pars, prefix, page_size, H, *, q_scale=1.0, scale=0.130861, strict_pages=False) -> Case:
     """One tree_verify case: request b's tree is the parent array pars[b] (padded to the longest with pad
-    slots), prefix[b] prefix keys, a shuffled paged cache (build_paged_cache)."""
+    slots), prefix[b] prefix keys, a shuffled paged cache (build_paged_cache). Under a declaration that
+    takes chains only or other page sizes, the trees and page size are fitted first (fit_to_declaration)."""
     from reference.tree_build import layouts
 
+    pars, page_size = fit_to_declaration(pars, page_size, strict_pages=strict_pages)
     bs = len(pars)
     Q = max(len(p) for p in pars)
     prefix = np.asarray(prefix, np.int32)

@@ -353,22 +353,35 @@ def _unflushed(launches, policy, clock):
     return repeat(measure, policy, clock)
 
 
-def torch_times_us(fn: Callable[[], object], *, flush_bytes: int, policy: Policy, clock=time.perf_counter):
+def torch_times_us(
+    fn: Callable[[], object], *, flush_bytes: int, policy: Policy, clock=time.perf_counter, hide_launch: bool = False
+):
     """Device time of torch work `fn()` on torch's current stream, µs per call, with a flush of `flush_bytes`
     (0: none) before each call. Eager torch launches from the host, so a call that is launch-bound is timed
-    with its launch gaps: what a user running it gets."""
+    with its launch gaps: what a user running it gets. With `hide_launch` (a library kernel whose time is the
+    question, as a CUDA graph would run it), a sleep kernel longer than the call's host enqueue time runs
+    between the flush and the first event, so the events bracket the device work only."""
     import torch
 
     flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device="cuda") if flush_bytes else None
+    host_s = []
     for _ in range(max(policy.warmup, 1)):
+        t = clock()
         fn()
-    torch.cuda.synchronize()
+        host_s.append(clock() - t)
+        torch.cuda.synchronize()
+    sleep_cycles = 0
+    if hide_launch and hasattr(torch.cuda, "_sleep"):
+        rate_khz = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "clock_rate", 2_000_000)
+        sleep_cycles = int((2 * min(host_s) + 50e-6) * rate_khz * 1e3)  # twice the enqueue time, + 50 µs
 
     def measure(n):
         pairs = []
         for i in range(n):
             if flush is not None:
                 flush.fill_(i + 1)
+            if sleep_cycles:
+                torch.cuda._sleep(sleep_cycles)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             fn()

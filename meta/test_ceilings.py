@@ -17,8 +17,8 @@ def test_copy_kernel_compiles_without_spills(request, arch):
         (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(f"NVRTC unavailable: {why}")
     c = runtime.compile_kernel(ceilings.COPY_SPEC, arch)
     assert c.cubin[:4] == b"\x7fELF"
-    assert {"copy_kernel", "fill_kernel"} <= set(c.resources), c.log
-    for entry in ("copy_kernel", "fill_kernel"):
+    assert {"copy_kernel", "fill_kernel", "read_kernel"} <= set(c.resources), c.log
+    for entry in ("copy_kernel", "fill_kernel", "read_kernel"):
         r = c.resources[entry]
         assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, (entry, r)
 
@@ -46,3 +46,13 @@ def test_copy_geometry_covers_the_buffer():
     n16, blocks = ceilings.copy_grid(ceilings.COPY_BYTES)
     assert n16 * 16 == ceilings.COPY_BYTES >= 2 << 30
     assert blocks * 256 * 4 >= n16 > (blocks - 1) * 256 * 4
+
+
+def test_read_xor_twin():
+    """The read kernel's expected answer: the XOR of the fill's words, by the vectorised twin and by hand."""
+    n = 4096
+    words = [_lowbias32_scalar(i, ceilings._SEED) for i in range(n // 4)]
+    want = 0
+    for w in words:
+        want ^= w
+    assert ceilings.read_xor(n) == want != 0

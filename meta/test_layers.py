@@ -1,6 +1,7 @@
 """The layers point one way: the contract at the bottom imports no other project package; the references
 import the contract (and their own numeric helpers), never each other, the kernels or the harness; the
-kernels import the contract only, never the references or the harness. Checked on the source's imports."""
+kernels and the adapters of external implementations import the contract only, never the references or the
+harness. Checked on the source's imports."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = {"contract", "reference", "kernels_cu", "harness", "kdtr", "engine", "tools", "perf", "conformance", "meta"}
+PROJECT |= {"adapters"}
 OPS = ("tree_build", "tree_verify", "tree_accept")
 
 # package -> project packages it may import
@@ -19,6 +21,7 @@ ALLOWED = {
     "reference": {"contract", "reference", "kdtr"},  # the golden model's weights are a KDTR file
     "kernels_cu": {"contract", "kernels_cu"},
     "kdtr": {"kdtr"},
+    "adapters": {"contract", "adapters"},  # external implementations sit beside the kernels: contract only
 }
 
 

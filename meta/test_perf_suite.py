@@ -142,12 +142,12 @@ def test_record_schema():
     cmp_t = {**t, "median_us": 1000.0, "where": "host"}
     info = record.build(
         op="tree_verify", impl="cuda", shape={"H": 64}, time=t, bytes_moved=10**6, flops=10**9,
-        ceilings={"copy_gbs": 1000.0, "bf16_tflops": 500.0},
+        ceilings={"copy_gbs": 1000.0, "read_gbs": 400.0, "bf16_tflops": 500.0},
         comparators={"a": record.comparator(cmp_t), "b": record.comparator(error="out of memory: 3 GiB")},
     )  # fmt: skip
     assert record.problems(info) == []
     assert info["gbs"] == pytest.approx(100.0) and info["tflops"] == pytest.approx(100.0)
-    assert info["fraction"] == {"copy": pytest.approx(0.1), "bf16": pytest.approx(0.2)}
+    assert info["fraction"] == {"copy": pytest.approx(0.1), "read": pytest.approx(0.25), "bf16": pytest.approx(0.2)}
     assert info["speedups"] == {"a": pytest.approx(100.0)}
     bad = {**info, "time": {"median_us": 1.0}, "speedups": {"b": 2.0}}
     assert any("time lacks" in p for p in record.problems(bad))

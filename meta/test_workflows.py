@@ -1,5 +1,6 @@
 """The GPU CI workflow and the suite script it calls lint clean: actionlint over .github/workflows (it runs
-shellcheck on every `run:` block when shellcheck is installed) and shellcheck over tools/gpu_suite.sh."""
+shellcheck on every `run:` block when shellcheck is installed) and shellcheck over tools/gpu_suite.sh and
+tools/peers_setup.sh."""
 
 import os
 import pathlib
@@ -33,8 +34,9 @@ def test_workflows_lint_clean(request):
 
 def test_gpu_suite_script_shellchecks(request):
     shellcheck = _tool(request, "shellcheck")
-    out = subprocess.run([shellcheck, "tools/gpu_suite.sh"], cwd=ROOT, capture_output=True, text=True)
-    assert out.returncode == 0, f"shellcheck tools/gpu_suite.sh:\n{out.stdout}{out.stderr}"
+    scripts = ["tools/gpu_suite.sh", "tools/peers_setup.sh"]
+    out = subprocess.run([shellcheck, *scripts], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, f"shellcheck {' '.join(scripts)}:\n{out.stdout}{out.stderr}"
 
 
 def test_workflow_calls_the_suite_script():

@@ -1,6 +1,7 @@
 """The ceilings measured in this run, as cases of their own (every stage runs them first, so each stage's
 JSON carries the rates its cases were divided by): the copy kernel's rate over 2 GiB counting bytes read
-plus written, cuMemcpyDtoD's for the record, and cuBLAS's bf16 matrix rate through torch.matmul."""
+plus written, the read kernel's over the same 2 GiB counting bytes read, cuMemcpyDtoD's for the record, and
+cuBLAS's bf16 matrix rate through torch.matmul."""
 
 import pytest
 
@@ -20,6 +21,13 @@ def test_copy_kernel(benchmark, ceilings):
         pytest.fail(f"copy ceiling not measured: {c.snapshot()['unavailable'].get('copy_gbs')}")
     rate = c.copy_rates()["copy_kernel"]
     _put(benchmark, ceilings, "copy_kernel", {"bytes_each_way": c.COPY_BYTES}, rate, bytes_moved=rate["bytes_counted"])
+
+
+def test_read_kernel(benchmark, ceilings):
+    if ceilings.read_gbs is None:
+        pytest.fail(f"read ceiling not measured: {c.snapshot()['unavailable'].get('copy_gbs')}")
+    rate = c.copy_rates()["read_kernel"]
+    _put(benchmark, ceilings, "read_kernel", {"bytes_read": c.COPY_BYTES}, rate, bytes_moved=rate["bytes_counted"])
 
 
 def test_memcpy_dtod(benchmark, ceilings):

@@ -10,6 +10,14 @@ Useful FLOPs = 2·H·Σ_q(prefix + visible tree rows)·(576 + 512); bytes = cach
 Each grid and sweep shape times every kernel variant in the default selection (`portable`, and `sm90a` on an
 sm_90 once it is in the default selection: kernels_cu/specs.py);
 the comparators run once per shape, beside `portable`.
+- peers (stage verify_peers): the kernel on chain-shaped trees beside FlashMLA and FlashInfer MLA (fa3, fa2),
+  whose causal mask is a chain: H in {16, 64, 128} x Q in {1, 2, 4, 16, 64} x prefix in {8k, 32k} x bs in
+  {1, 32, 128}; on the tree grid the cascades (a peer over the prefix + a torch tree pass + a merge by lse)
+  run beside the torch comparators. Peers are the adapters of adapters/ (harness/bench/peers.py), timed with
+  their host launch hidden behind a sleep kernel, each checked against the float64 oracle at the timed shape
+  (recorded beside its time; a wrong one is recorded as an error, not timed); missing ones say why.
+- `--impl module:attribute` (or an installed entry point): an external implementation's tree_verify timed as a
+  whole call on the quick shapes (chains where it declares chains only), beside nothing.
 Each implementation's output is spot-checked (request 0, first and last queries) against a float32
 attention before it is timed; a comparator that would not fit in free memory, or runs out, says so.
 Without the kernel module every GPU case skips with "tree_verify CUDA kernel not present". The CPU case
@@ -23,7 +31,7 @@ import pytest
 
 from harness import strategies as hh
 from harness import timing
-from harness.bench import record, targets
+from harness.bench import Unavailable, peers, record, targets
 from harness.bench import verify_baselines as vb
 from kernels_cu import specs
 from reference import tree_build, tree_verify
@@ -78,8 +86,33 @@ def _torch_cuda():
     return torch
 
 
+def _peer_comparator(torch, name, case, policy, flush_bytes):
+    """Time one peer (harness/bench/peers.py) after checking its output against the float64 oracle here."""
+    try:
+        fn = peers.prepare(name, case)
+        out, lse = fn()
+        chk = peers.check(case, out, lse)
+        del out, lse
+        if not chk["ok"]:
+            return record.comparator(error=f"wrong result against the float64 oracle: {chk}", check=chk)
+        samples = timing.torch_times_us(fn, flush_bytes=flush_bytes, policy=policy, hide_launch=True)
+    except Unavailable as e:
+        return record.comparator(error=str(e))
+    except torch.OutOfMemoryError as e:
+        torch.cuda.empty_cache()
+        return record.comparator(error=f"out of memory: {str(e).splitlines()[0][:200]}")
+    except Exception as e:  # a peer that fails on a shape is recorded with its error
+        torch.cuda.empty_cache()
+        return record.comparator(error=f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e) else ''}")
+    torch.cuda.empty_cache()
+    note = "planned once per shape (plan / scheduler metadata not timed); host launch hidden behind a sleep kernel"
+    return record.comparator(timing.summary(samples, method="torch events, L2 flushed"), note=note, check=chk)
+
+
 def _comparator(torch, name, case, rows, mask, policy, flush_bytes):
     """Time one comparator, or say why not: out of memory (predicted or hit), an error, a wrong result."""
+    if name in peers.NAMES:
+        return _peer_comparator(torch, name, case, policy, flush_bytes)
     bs, Q, H, P = case.shape
     need = vb.estimate_bytes(name, bs, Q, H, P + Q)
     free, _total = torch.cuda.mem_get_info()
@@ -103,10 +136,11 @@ def _comparator(torch, name, case, rows, mask, policy, flush_bytes):
 
 
 def run_case(
-    benchmark, ceilings, policy, with_comparators, H, Q, P, bs, comparators, extra_shape=None, variant="portable"
-):
+    benchmark, ceilings, policy, with_comparators, H, Q, P, bs, comparators, extra_shape=None, variant="portable",
+    chain=False,
+):  # fmt: skip
     torch = _torch_cuda()
-    case = vb.make_case(bs, Q, H, P, device="cuda")
+    case = vb.make_case(bs, Q, H, P, device="cuda", chain=chain)
     rows = vb.row_index(case, "cuda")
     torch.cuda.synchronize()
     p = targets.prepare(
@@ -128,7 +162,7 @@ def run_case(
     del out
     comps = {}
     if with_comparators and comparators:
-        mask = vb.dense_mask(case, "cuda")
+        mask = vb.dense_mask(case, "cuda") if any(n not in peers.NAMES for n in comparators) else None
         cpolicy = timing.policy_from_env(**CHECK_POLICY, budget_s=policy.budget_s / 2)
         flush = max(timing.ROTATE_TARGET_BYTES, 2 * timing.l2_bytes()) if nbytes < timing.ROTATE_TARGET_BYTES else 0
         for name in comparators:
@@ -157,8 +191,77 @@ def run_case(
 def test_tree_verify(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, variant):
     _variant_runs_here(variant)
     benchmark.group = f"tree_verify H={H} Q={Q}"
-    comparators = vb.COMPARATORS if variant == "portable" else ()
+    comparators = (*vb.COMPARATORS, *peers.CASCADES) if variant == "portable" else ()
     run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, comparators, variant=variant)
+
+
+PEER_GRID = [(H, Q, P, bs) for H in (16, 64, 128) for Q in (1, 2, 4, 16, 64) for P in (8 * K, 32 * K)
+             for bs in (1, 32, 128)]  # fmt: skip
+
+
+def peer_params():
+    quick = lambda H, Q, P, bs: P == 8 * K and (H, Q, bs) in ((64, 2, 1), (128, 4, 32), (16, 1, 128))
+    return [_param(*s, "verify_peers", quick=quick(*s)) for s in PEER_GRID]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("H,Q,P,bs", peer_params())
+def test_tree_verify_chain_vs_peers(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, variant):
+    """The kernel on a chain of Q nodes beside the public MLA decode kernels on the same inputs."""
+    _variant_runs_here(variant)
+    benchmark.group = f"tree_verify chain H={H}"
+    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, tuple(peers.CHAIN),
+             extra_shape={"sweep": "chain", "tree": "chain"}, variant=variant, chain=True)  # fmt: skip
+
+
+EXTERNAL = [(64, 2, 8 * K, 1), (128, 4, 8 * K, 32), (64, 17, 8 * K, 8)]
+
+
+@pytest.mark.gpu
+@pytest.mark.perf_stage("verify_peers")
+@pytest.mark.parametrize("H,Q,P,bs", [pytest.param(*s, id=f"H{s[0]}-Q{s[1]}-P{s[2] // K}k-bs{s[3]}") for s in EXTERNAL])
+def test_tree_verify_external(benchmark, ceilings, perf_policy, impl, H, Q, P, bs):
+    """An external implementation (--impl module:attribute) timed as a whole call (its validation, planning
+    and kernels) with the suite's timing, on a chain where it declares chains only, checked first."""
+    if impl.declaration is None:
+        pytest.skip(f"{impl.name}: the built-ins are timed by the grid cases")
+    if impl.why_not:
+        pytest.skip(f"{impl.name}: {impl.why_not}")
+    if not impl.on_gpu:
+        pytest.skip(f"{impl.name} takes host arrays: the perf suite times device implementations")
+    caps = impl.caps("tree_verify")
+    if caps is None:
+        pytest.skip(f"{impl.name} has no tree_verify")
+    from harness import external
+
+    torch = _torch_cuda()
+    chain = caps.trees == "chains"
+    case = vb.make_case(bs, Q, H, P, device="cuda", chain=chain)
+    if caps.dims.get("H") is not None and H not in caps.dims["H"]:
+        pytest.skip(f"not claimed: {impl.name} declares H in {caps.dims['H']}")
+    op = external.load(impl.name).ops["tree_verify"].fn
+    host = (case.block_table, case.prefix_lens, case.visibility.view(np.int32))
+    bt, pre, vis = (torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in host)
+    vis = vis.view(torch.uint32) if hasattr(torch, "uint32") else vis
+    fn = lambda: op(case.q, case.kv, bt, pre, vis, case.scale)
+    out, lse = fn()
+    chk = peers.check(case, out, lse)
+    assert chk["ok"], f"[TV] {impl.name} is off the float64 oracle at {case.shape}: {chk}"
+    benchmark.pedantic(fn, rounds=1)
+    if not benchmark.enabled:
+        return
+    samples = timing.torch_times_us(fn, flush_bytes=max(timing.ROTATE_TARGET_BYTES, 2 * timing.l2_bytes()),
+                                    policy=perf_policy, hide_launch=True)  # fmt: skip
+    benchmark.group = f"tree_verify external H={H}"
+    record.put(
+        benchmark, op="tree_verify", impl=impl.name,
+        shape={"H": H, "Q": Q, "prefix": P, "bs": bs, "dtype": "bf16", "page": vb.PAGE,
+               "tree": "chain" if chain else "ddtree", "sweep": "external"},
+        time=timing.summary(samples, method="torch events, L2 flushed; the whole call (validation, plan, kernels)"),
+        bytes_moved=vb.min_bytes(case), flops=vb.useful_flops(case), ceilings=ceilings.as_dict(),
+        extra={"check": chk, "version": impl.version},
+    )  # fmt: skip
 
 
 @pytest.mark.gpu

@@ -2,8 +2,9 @@
 
 import pytest
 
-from harness import timing
+from harness import impls, timing
 from harness.bench import ceilings as _ceilings
+from harness.bench import peers
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +28,18 @@ def cpu_policy():
 @pytest.fixture(scope="session")
 def with_comparators(request):
     return not request.config.getoption("--perf-no-comparators")
+
+
+@pytest.fixture(scope="session")
+def impl(request):
+    """An implementation named by --impl (the root conftest parametrizes it); the built-ins' own cases are
+    the grid's, so this fixture serves the external ones (adapters.protocol)."""
+    try:
+        return impls.get(request.param)
+    except impls.Unavailable as e:
+        pytest.skip(str(e))
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """The peers' package versions beside the project's (None where not installed)."""
+    machine_info["peers"] = peers.versions()

@@ -4,7 +4,9 @@
 # gate's planted-slowdown check, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
-#           baseline report scaling engine_cuda tb_dev
+#           baseline report scaling engine_cuda tb_dev perf_verify_peers
+#   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
+#           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
 #   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc), then runs every op clause with
 #           --impl engine-cuda, the engine-cuda = NVRTC bit-identity and CUDA decode tests
@@ -108,6 +110,9 @@ for stage in "${STAGES[@]}"; do case $stage in
         --require-gpu ;;
   perf_verify_h64|perf_verify_h128|perf_verify_sweep)
     perf_run "$stage" "$OUT/${stage/perf_/perf-}.json" --perf-stage "${stage#perf_}" --require-gpu ;;
+  perf_verify_peers)  # 90 shapes x (kernel variants + 3 peers): 0.3 s per measurement to fit the window
+    KDTR_PERF_BUDGET_S=${KDTR_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-verify_peers.json" \
+        --perf-stage verify_peers --require-gpu ;;
   gate)  # three reruns and one planted slowdown of the gate's cases; the gate must pass the rerun, fail the slowdown
     for r in a b c; do
       perf_run "gate_run_$r" "$OUT/gate-$r.json" --perf-stage gate --perf-no-comparators --require-gpu

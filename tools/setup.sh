@@ -22,6 +22,8 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,report]'
+# the example user package (examples/kdtree_example_impl): `--impl example-correct` / `example-wrong` by entry point
+.venv/bin/python -m pip install -q --no-deps -e examples/kdtree_example_impl
 
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null

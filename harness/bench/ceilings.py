@@ -3,6 +3,10 @@
 - copy rate: kernels_cu/copy_ceiling.cu's copy kernel over COPY_BYTES (source and destination each),
   counting bytes read plus bytes written. cuMemcpyDtoD is measured beside it for the record only: on the
   H200 it reaches about a third less than a copy kernel, so it is not the memory roofline.
+- read rate: the same file's read kernel over the same COPY_BYTES source (16-byte streaming loads,
+  READ_BLOCKS_PER_SM blocks per SM, an XOR of every word written per block and checked on the host),
+  counting bytes read: what a kernel that streams its inputs in and writes little (MLA decode) can reach.
+  Memory-bound fractions are taken against it (`fraction.read`), and against the copy rate as before.
 - bf16 matrix rate: torch.matmul (cuBLAS) of MATMUL_N × MATMUL_N bf16 matrices of random normal values
   (not zeros, which run faster), 2·n³ FLOPs per product.
 """
@@ -21,6 +25,8 @@ from . import Unavailable
 COPY_BYTES = 2 << 30
 MATMUL_N = 8192
 _THREADS, _VECTORS = 256, 4  # copy_ceiling.cu's kThreads, kVectors
+READ_BLOCKS_PER_SM = 16  # 4096 threads per SM: enough 16-byte loads in flight to saturate HBM
+READ_CHECK_BYTES = 64 << 20  # the XOR is checked at this size (its numpy twin is cheap there)
 _SEED = 0x9E3779B9
 _results: dict[str, dict] = {}
 _errors: dict[str, str] = {}
@@ -53,7 +59,7 @@ def copy_policy() -> timing.Policy:
 COPY_SPEC = specs.KernelSpec(
     "copy_ceiling",
     "tool",
-    "16-byte vector copy over >= 2 GiB (the memory ceiling), and the fill that seeds it",
+    "16-byte vector copy and read over >= 2 GiB (the memory ceilings), and the fill that seeds them",
     "copy_ceiling.cu",
     "copy_kernel",
     "fill_kernel",
@@ -63,7 +69,8 @@ COPY_SPEC = specs.KernelSpec(
 
 @functools.cache
 def copy_rates(nbytes: int = COPY_BYTES) -> dict:
-    """{"copy_kernel": ..., "memcpy_dtod": ...}, each with gbs (read + written) and its time summary."""
+    """{"copy_kernel": ..., "memcpy_dtod": ..., "read_kernel": ...}, each with gbs (read + written for the
+    copies, read for the read kernel) and its time summary."""
     from cuda.bindings import driver
     from cuda.core import LaunchConfig, launch
 
@@ -97,6 +104,22 @@ def copy_rates(nbytes: int = COPY_BYTES) -> dict:
 
         samples, method = timing.device_times_us([memcpy_launch], plan=plan, policy=copy_policy())
         out["memcpy_dtod"] = _rate(samples, nbytes, f"cuMemcpyDtoDAsync, {nbytes >> 20} MiB; {method}")
+        read, blocks = runtime.load(COPY_SPEC, entry="read_kernel"), read_grid(g)
+        xors = g.device.memory_resource.allocate(4 * blocks, stream=s)
+        try:
+
+            def read_launch(n=nbytes):
+                launch(s, LaunchConfig(grid=blocks, block=_THREADS), read, int(src.handle), np.uint64(n // 16),
+                       int(xors.handle))  # fmt: skip
+
+            read_launch(READ_CHECK_BYTES)
+            _check_read(xors, blocks, READ_CHECK_BYTES, s)
+            samples, method = timing.device_times_us([read_launch], plan=plan, policy=copy_policy())
+            out["read_kernel"] = _rate(samples, nbytes, f"read_kernel, {nbytes >> 20} MiB, {blocks} blocks; {method}",
+                                       counted=nbytes)  # fmt: skip
+        finally:
+            s.sync()
+            xors.close(s)
         return out
     finally:
         s.sync()
@@ -119,9 +142,37 @@ def _check_copy(dst, nbytes: int, stream) -> None:
             raise RuntimeError(f"copy ceiling: the copy kernel moved wrong data at byte {start + 4 * bad}")
 
 
-def _rate(samples_us, nbytes: int, method: str) -> dict:
+def read_grid(g) -> int:
+    """Blocks of one read_kernel launch: READ_BLOCKS_PER_SM per SM of this GPU."""
+    from cuda.bindings import driver
+
+    dev = timing._ok(driver.cuDeviceGet(int(g.device.device_id)))
+    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    return READ_BLOCKS_PER_SM * int(timing._ok(driver.cuDeviceGetAttribute(attr, dev)))
+
+
+def read_xor(nbytes: int) -> int:
+    """The XOR of every 32-bit word fill_kernel writes into the first nbytes (the read kernel's answer)."""
+    return int(np.bitwise_xor.reduce(lowbias32(np.arange(nbytes // 4, dtype=np.uint64))))
+
+
+def _check_read(xors, blocks: int, nbytes: int, stream) -> None:
+    """The read kernel must have read every word: the XOR of its per-block results against the twin's."""
+    from cuda.bindings import driver
+
+    stream.sync()
+    host = np.empty(blocks, np.uint32)
+    timing._ok(driver.cuMemcpyDtoH(host.ctypes.data, int(xors.handle), 4 * blocks))
+    got, want = int(np.bitwise_xor.reduce(host)), read_xor(nbytes)
+    if got != want:
+        raise RuntimeError(f"read ceiling: the read kernel's XOR is {got:#010x}, the fill's is {want:#010x}")
+
+
+def _rate(samples_us, nbytes: int, method: str, counted: int | None = None) -> dict:
+    """GB/s of `counted` bytes (default: nbytes read plus nbytes written) over the median time."""
     t = timing.summary(samples_us, method=method)
-    return {"gbs": 2 * nbytes / (t["median_us"] * 1e-6) / 1e9, "bytes_counted": 2 * nbytes, "time": t}
+    counted = 2 * nbytes if counted is None else counted
+    return {"gbs": counted / (t["median_us"] * 1e-6) / 1e9, "bytes_counted": counted, "time": t}
 
 
 @functools.cache
@@ -175,6 +226,11 @@ class Ceilings:
         return _results.get("copy_kernel", {}).get("gbs")
 
     @property
+    def read_gbs(self) -> float | None:
+        self._measure()
+        return _results.get("read_kernel", {}).get("gbs")
+
+    @property
     def bf16_tflops(self) -> float | None:
         self._measure()
         return _results.get("bf16_matmul", {}).get("tflops")
@@ -190,6 +246,7 @@ def snapshot() -> dict:
         "copy_gbs": _results.get("copy_kernel", {}).get("gbs"),
         "bf16_tflops": _results.get("bf16_matmul", {}).get("tflops"),
         "memcpy_dtod_gbs": _results.get("memcpy_dtod", {}).get("gbs"),
+        "read_gbs": _results.get("read_kernel", {}).get("gbs"),
         "unavailable": dict(_errors),
     }
     for k, v in _results.items():

@@ -14,14 +14,19 @@ REQUIRED = ("schema", "op", "impl", "shape", "time", "bytes", "flops", "gbs", "t
 TIME_KEYS = ("median_us", "p10_us", "p90_us", "rel_spread", "n", "where", "method")
 
 
-def comparator(time: dict | None = None, *, error: str | None = None, note: str = "") -> dict:
+def comparator(
+    time: dict | None = None, *, error: str | None = None, note: str = "", check: dict | None = None
+) -> dict:
     """One comparator's entry: its time summary (harness.timing.summary), or the error that stopped it
-    (out of memory, not installed, not built, compile failure...)."""
+    (out of memory, not installed, not built, compile failure, a wrong result...), and the check of its output
+    against the oracle at this shape where one was made (harness/bench/peers.py)."""
     if (time is None) == (error is None):
         raise ValueError("a comparator has either a time or an error")
     out = {"time": time} if time is not None else {"error": error}
     if note:
         out["note"] = note
+    if check is not None:
+        out["check"] = dict(check)
     return out
 
 
@@ -43,7 +48,7 @@ def build(
     gbs = bytes_moved / med_s / 1e9 if bytes_moved and med_s > 0 else None
     tflops = flops / med_s / 1e12 if flops and med_s > 0 else None
     ceilings = dict(ceilings or {})
-    copy, bf16 = ceilings.get("copy_gbs"), ceilings.get("bf16_tflops")
+    copy, read, bf16 = ceilings.get("copy_gbs"), ceilings.get("read_gbs"), ceilings.get("bf16_tflops")
     comparators = dict(comparators or {})
     speedups = {
         name: c["time"]["median_us"] / time["median_us"]
@@ -63,6 +68,7 @@ def build(
         "ceilings": ceilings,
         "fraction": {
             "copy": gbs / copy if gbs and copy else None,
+            "read": gbs / read if gbs and read else None,
             "bf16": tflops / bf16 if tflops and bf16 else None,
         },
         "comparators": comparators,

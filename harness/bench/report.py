@@ -94,6 +94,7 @@ def header(run: dict, command: str) -> list[str]:
         f"| NVRTC | {gpu.get('nvrtc') or '—'} |",
         f"| CPU | {cpu} |",
         f"| packages | {', '.join(f'{p} {pk[p]}' for p in PACKAGES if p in pk) or '—'} |",
+        f"| peers | {', '.join(f'{p} {v}' for p, v in (m.get('peers') or {}).items() if v) or 'none installed'} |",
         f"| revision | {', '.join(sorted({str(r['revision']) for r in run['runs']}))} |",
         f"| date | {dates[0] if dates else '—'}{' … ' + dates[-1] if len(dates) > 1 else ''} |",
         "",
@@ -112,16 +113,18 @@ def ceilings_section(run: dict) -> list[str]:
         "## Ceilings (measured in each stage's run)",
         "",
         "Copy rate: a copy kernel over 2 GiB each way, bytes read + written (cuMemcpyDtoD beside it for the "
-        "record); bf16 matrix rate: torch.matmul (cuBLAS) 8192³ on random data.",
+        "record); read rate: a read-only kernel over the same 2 GiB, bytes read; bf16 matrix rate: torch.matmul "
+        "(cuBLAS) 8192³ on random data.",
         "",
-        "| stage | copy kernel GB/s | cuMemcpyDtoD GB/s | bf16 matmul TFLOP/s | not measured |",
-        "|---|---|---|---|---|",
+        "| stage | copy kernel GB/s | read kernel GB/s | cuMemcpyDtoD GB/s | bf16 matmul TFLOP/s | not measured |",
+        "|---|---|---|---|---|---|",
     ]
     for r in run["runs"]:
         c = r["ceilings"]
         missing = "; ".join(f"{k}: {v}" for k, v in (c.get("unavailable") or {}).items())
         lines.append(
-            f"| {r['stage'] or 'all'} | {fmt(c.get('copy_gbs'), 4)} | {fmt(c.get('memcpy_dtod_gbs'), 4)} | "
+            f"| {r['stage'] or 'all'} | {fmt(c.get('copy_gbs'), 4)} | {fmt(c.get('read_gbs'), 4)} | "
+            f"{fmt(c.get('memcpy_dtod_gbs'), 4)} | "
             f"{fmt(c.get('bf16_tflops'), 4)} | {missing or '—'} |"
         )
     return [*lines, ""]
@@ -224,6 +227,23 @@ def tree_accept_section(cases) -> list[str]:
     return [*lines, ""]
 
 
+PEERS = ("flashmla", "flashinfer_mla", "flashinfer_mla_fa2", "flashmla_cascade", "flashinfer_mla_cascade")
+
+
+def _cell(x: dict | None) -> str:
+    """A comparator's median µs, or why it has none."""
+    if x is None:
+        return "—"
+    if "time" in x:
+        return fmt(x["time"]["median_us"])
+    e = x["error"]
+    if e.startswith("out of memory"):
+        return "OOM"
+    if e.startswith("wrong result"):
+        return "wrong"
+    return "n/a" if "not installed" in e or "cannot run" in e or "GPU" in e else "err"
+
+
 def tree_verify_section(cases, plots: dict) -> list[str]:
     rows = [c for c in cases if c["op"] == "tree_verify"]
     if not rows:
@@ -240,33 +260,36 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
     lines = ["## tree_verify", ""]
     if gpu:
         names = _comparator_names(gpu)
+        peer_names = [n for n in names if n in PEERS]
+        torch_names = [n for n in names if n not in PEERS]
         lines += [
             "Useful TFLOP/s = 2·H·Σ_q(prefix + visible tree rows)·(576 + 512) / device time; GB/s counts each cache "
-            "row once plus q and out. Comparators: torch on the same device inputs (their time includes gathering "
-            "rows from the paged cache); `OOM` = would not fit or ran out of memory; `err` = failed (below).",
+            "row once plus q and out; % read = of the read ceiling (a kernel that only streams memory in), % copy = "
+            "of the copy ceiling. Comparators: torch on the same device inputs (their time includes gathering "
+            "rows from the paged cache); the public MLA kernels (`set` chain: FlashMLA, FlashInfer MLA on the same "
+            "chain-shaped tree) and the cascades built from them (on the tree grid), each checked against the "
+            "float64 oracle at that shape; × vs X = X's time / the kernel's (above 1: the kernel is faster). "
+            "`OOM` = would not fit or ran out of memory; `wrong` = failed its oracle check; `n/a` = not available "
+            "here; `err` = failed (below).",
             "",
-            "| set | H | Q | prefix | bs | variant | kernel µs | TFLOP/s | % bf16 | GB/s | % copy | "
-            + " | ".join(f"{n} µs" for n in names) + " | × vs fastest torch |",
-            "|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (len(names) + 1),
+            "| set | H | Q | prefix | bs | variant | kernel µs | TFLOP/s | % bf16 | GB/s | % read | % copy | "
+            + " | ".join(f"{n} µs" for n in torch_names) + " | × vs fastest torch | "
+            + " | ".join(f"{n} µs | × vs {n}" for n in peer_names) + (" |" if peer_names else ""),
+            "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|" * (len(torch_names) + 1 + 2 * len(peer_names)),
         ]  # fmt: skip
         for c in gpu:
             s = c["shape"]
-            cells = []
-            for n in names:
-                x = c["comparators"].get(n)
-                if x is None:
-                    cells.append("—")
-                elif "time" in x:
-                    cells.append(fmt(x["time"]["median_us"]))
-                else:
-                    cells.append("OOM" if x["error"].startswith("out of memory") else "err")
-            best = min(c["speedups"].values()) if c["speedups"] else None
+            cells = [_cell(c["comparators"].get(n)) for n in torch_names]
+            torch_sp = [v for n, v in c["speedups"].items() if n in torch_names]
+            best = min(torch_sp) if torch_sp else None
+            peer_cells = [f"{_cell(c['comparators'].get(n))} | {fmt(c['speedups'].get(n))}" for n in peer_names]
             lines.append(
                 f"| {s.get('sweep', 'grid')} | {s['H']} | {s['Q']} | {s['prefix']} | {s['bs']} | "
                 f"{c.get('variant') or '—'} | "
                 f"{fmt_time(c['time'])} | {fmt(c['tflops'])} | {pct(c['fraction']['bf16'])} | {fmt(c['gbs'])} | "
-                f"{pct(c['fraction']['copy'])} | " + " | ".join(cells) + f" | {fmt(best)} |"
-            )
+                f"{pct(c['fraction'].get('read'))} | {pct(c['fraction']['copy'])} | " + " | ".join(cells)
+                + f" | {fmt(best)} |" + "".join(f" {p} |" for p in peer_cells)
+            )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]
         for k in ("tree_verify_prefix", "tree_verify_batch", "tree_verify_budget"):
             if k in plots:

@@ -11,6 +11,8 @@ STAGES = {
     "verify_h64": "ceilings, tree_verify H = 64 grid (Q x prefix x bs) with its comparators; ~6 min",
     "verify_h128": "ceilings, tree_verify H = 128 grid with its comparators; ~8 min",
     "verify_sweep": "ceilings, tree_verify TP shards (H 8/16), the budget sweep B 16..1024, FlexAttention; ~5 min",
+    "verify_peers": "ceilings, tree_verify on chains beside FlashMLA and FlashInfer MLA (fa3, fa2): H 16/64/128 x "
+    "Q 1..64 x prefix 8k/32k x bs 1/32/128, 0.3 s per measurement (duration MODELLED ~8 min: not yet run)",
     "gate": "ceilings and a few tree_build cases without comparators (the gate's reruns); ~40 s",
 }
 

@@ -65,11 +65,13 @@ class Case:
         return bs, Q, H, int(self.prefix_lens[0])
 
 
-def make_case(bs: int, Q: int, H: int, prefix: int, *, device, dtype=None, seed: int = 0) -> Case:
+def make_case(bs: int, Q: int, H: int, prefix: int, *, device, dtype=None, seed: int = 0, chain: bool = False) -> Case:
+    """A DDTree-shaped tree of Q nodes over the batch, or (`chain`) a chain of Q nodes: what the public MLA
+    decode kernels' causal mask computes (harness/bench/peers.py)."""
     import torch
 
     dtype = dtype or torch.bfloat16
-    par = ddtree_parents(Q, seed)
+    par = np.arange(-1, Q - 1, dtype=np.int32) if chain else ddtree_parents(Q, seed)
     depths = np.zeros(Q, np.int32)
     for i in range(1, Q):
         depths[i] = depths[par[i]] + 1

@@ -1,0 +1,80 @@
+"""tree_verify's inputs as torch CUDA tensors, checked by the contract before any GPU work: q and kv_cache
+by shape and dtype alone (contract.ArrayInfo, no copy), the block table, lengths and visibility from host
+copies (small). Anything that is not a torch CUDA tensor goes to the contract as it is, so a masked array or
+a foreign CUDA array gets the contract's own message. Shared by the peer adapters; imports torch lazily."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+import contract
+from contract.trees import unpack_visibility
+
+_HOST = ("block_table", "prefix_lens", "visibility")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def is_torch_cuda(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch" and getattr(getattr(x, "device", None), "type", "") == "cuda"
+
+
+def np_dtype(t) -> np.dtype:
+    """A torch tensor's dtype as numpy's (bf16 as ml_dtypes')."""
+    name = str(t.dtype).removeprefix("torch.")
+    return contract.BF16 if name == "bfloat16" else np.dtype(name)
+
+
+def host(t) -> np.ndarray:
+    """A small torch tensor copied to the host (bf16 through int16)."""
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        return t.detach().view(torch.int16).cpu().numpy().view(contract.BF16)
+    return t.detach().cpu().numpy()
+
+
+@dataclasses.dataclass
+class Checked:
+    """The validated call: device tensors as given, host copies of the small arrays, the contract's dims."""
+
+    q: Any  # torch tensors (torch is optional: not a type the module can name at import)
+    kv_cache: Any
+    block_table: np.ndarray
+    prefix_lens: np.ndarray
+    visibility: np.ndarray
+    softmax_scale: float
+    dims: dict
+
+    def chain(self) -> bool:
+        """Is every request's tree a chain of Q rows (row i sees tree rows 0..i)?"""
+        Q = self.dims["Q"]
+        return bool((unpack_visibility(self.visibility, Q) == np.tril(np.ones((Q, Q), bool))[None]).all())
+
+
+def validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale) -> Checked:
+    """The contract's tree_verify checks on device inputs; InputError naming the argument."""
+    given = {"q": q, "kv_cache": kv_cache, "block_table": block_table, "prefix_lens": prefix_lens,
+             "visibility": visibility}  # fmt: skip
+    args = {}
+    for name, x in given.items():
+        if not is_torch_cuda(x):
+            args[name] = x
+        elif name in _HOST:
+            args[name] = host(x)
+        else:
+            args[name] = contract.ArrayInfo(tuple(x.shape), np_dtype(x))
+    checked = contract.TREE_VERIFY.validate(**args, softmax_scale=softmax_scale)
+    a = checked.args
+    return Checked(q, kv_cache, a["block_table"], a["prefix_lens"], a["visibility"], a["softmax_scale"], checked.dims)
+
+
+def refuse(arg: str, why: str):
+    """What an adapter raises for valid input it does not take (outside its declaration)."""
+    raise NotImplementedError(f"{arg}: {why}")

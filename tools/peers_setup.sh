@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Prepare the public MLA peers (FlashMLA, FlashInfer MLA) for an offline GPU runner, on a machine with network
+# and nvcc but no GPU:  tools/peers_setup.sh [OUT]   (default OUT = .peers, ignored by git)
+#
+# OUT/site/ becomes one PYTHONPATH folder the runner imports the peers from (it needs torch with CUDA already):
+#   flash_mla (sgl-flash-mla), tvm_ffi (apache-tvm-ffi, FlashInfer's FFI), flashinfer (flashinfer-python, trimmed
+#   to what MLA needs, its package __init__ replaced by a minimal one: the full one imports packages the runner
+#   lacks), with FlashInfer's MLA modules (fa3 and fa2, bf16 q/kv/out, int32 indices, head dims 512/64)
+#   prebuilt for sm_90a into flashinfer/data/aot/, where FlashInfer loads a module without building it.
+# On the runner: PYTHONPATH=OUT/site FLASHINFER_DISABLE_JIT=1 (a missing module then raises instead of compiling).
+# Needs: pip, unzip-capable python, nvcc (CUDA 13.0 here), ninja, and a python with torch (CPU is enough) for the
+# prebuild: PREBUILD_PYTHON (default: python3 with torch importable, e.g. PYTHONPATH set to a torch install).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-.peers}
+RUNNER_PY=${RUNNER_PYTHON_VERSION:-3.12}   # the GPU runner's Python (wheels are picked for it)
+BUILD_PY=${PREBUILD_PYTHON:-python3}
+FLASH_MLA=sgl-flash-mla==1.0.0
+FLASHINFER=flashinfer-python==0.7.2.post1
+TVM_FFI=apache-tvm-ffi==0.1.15.post2
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64
+           --platform manylinux2014_x86_64)
+mkdir -p "$OUT/wheels" "$OUT/build"
+rm -rf "$OUT/site" && mkdir -p "$OUT/site"
+
+echo "peers_setup: downloading wheels for Python $RUNNER_PY"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$RUNNER_PY" --implementation cp \
+  "${PLATFORMS[@]}" -d "$OUT/wheels" "$FLASH_MLA" "$FLASHINFER" "$TVM_FFI"
+BUILD_TAG=$("$BUILD_PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$BUILD_TAG" --implementation cp \
+  "${PLATFORMS[@]}" -d "$OUT/build/wheels" "$TVM_FFI"
+
+unpack() { python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$1" "$2"; }
+unpack "$OUT"/wheels/sgl_flash_mla-*.whl "$OUT/site"
+unpack "$(ls "$OUT"/wheels/apache_tvm_ffi-*cp"${RUNNER_PY/./}"*.whl)" "$OUT/site"
+unpack "$OUT"/wheels/flashinfer_python-*.whl "$OUT/site"
+# the build tree: the whole FlashInfer (sources to compile from) and tvm_ffi for the build Python
+rm -rf "$OUT/build/site" && mkdir -p "$OUT/build/site"
+unpack "$OUT"/wheels/flashinfer_python-*.whl "$OUT/build/site"
+unpack "$(ls "$OUT"/build/wheels/apache_tvm_ffi-*cp"${BUILD_TAG/./}"*.whl)" "$OUT/build/site"
+
+MINIMAL_INIT='"""flashinfer, trimmed by tools/peers_setup.sh to what flashinfer.mla needs: the full package __init__
+imports packages an offline GPU runner lacks (cuda-tile, cudnn-frontend, cutlass-dsl)."""
+
+from .version import __git_commit__ as __git_commit__
+from .version import __version__ as __version__
+'
+for site in "$OUT/site" "$OUT/build/site"; do printf '%s' "$MINIMAL_INIT" > "$site/flashinfer/__init__.py"; done
+
+# A CUDA tree FlashInfer's link line expects ($CUDA_HOME/lib64, and lib64/stubs/libcuda.so, absent without a
+# driver): links to the toolkit, and a stub libcuda with the driver's soname (the runner's driver provides it).
+CUDA_ROOT=""
+for c in "${CUDA_HOME:-}" /usr/local/cuda /usr/local/cuda-13.0; do
+  if [ -n "$c" ] && [ -x "$c/bin/nvcc" ]; then CUDA_ROOT=$c; break; fi
+done
+[ -n "$CUDA_ROOT" ] || { echo "peers_setup: no CUDA toolkit (set CUDA_HOME)" >&2; exit 1; }
+CUDA_TREE="$PWD/$OUT/build/cuda"
+rm -rf "$CUDA_TREE" && mkdir -p "$CUDA_TREE/lib64/stubs"
+for d in bin include nvvm; do ln -s "$(readlink -f "$CUDA_ROOT/$d")" "$CUDA_TREE/$d"; done
+for f in "$(readlink -f "$CUDA_ROOT/lib64")"/*; do ln -s "$f" "$CUDA_TREE/lib64/"; done
+if [ -e "$CUDA_ROOT/lib64/stubs/libcuda.so" ]; then
+  ln -s "$(readlink -f "$CUDA_ROOT/lib64/stubs/libcuda.so")" "$CUDA_TREE/lib64/stubs/libcuda.so"
+else
+  echo "" | cc -x c -shared -Wl,-soname,libcuda.so.1 -o "$CUDA_TREE/lib64/stubs/libcuda.so" -
+fi
+export CUDA_HOME="$CUDA_TREE"
+
+echo "peers_setup: prebuilding FlashInfer's MLA modules for sm_90a (nvcc; several minutes)"
+export FLASHINFER_CUDA_ARCH_LIST="9.0a" FLASHINFER_WORKSPACE_BASE="$PWD/$OUT/build/ws" TVM_FFI_DISABLE_TORCH_C_DLPACK=1
+PYTHONPATH="$PWD/$OUT/build/site${PYTHONPATH:+:$PYTHONPATH}" MAX_JOBS=${MAX_JOBS:-2} "$BUILD_PY" - "$PWD/$OUT/site" <<'PYEOF'
+import pathlib, shutil, sys, time
+
+import torch
+from flashinfer.jit.attention import gen_batch_mla_module
+
+aot = pathlib.Path(sys.argv[1]) / "flashinfer" / "data" / "aot"
+for backend in ("fa3", "fa2"):
+    t = time.time()
+    spec = gen_batch_mla_module(backend, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32, 512, 64, False)
+    try:
+        spec.build()
+    except Exception as e:  # fa2 is optional: the fa3 module is what the peers need
+        print(f"peers_setup: {spec.name}: build failed ({type(e).__name__}: {str(e)[-500:]})")
+        if backend == "fa3":
+            raise
+        continue
+    dest = aot / spec.name / f"{spec.name}.so"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(spec.jit_library_path, dest)
+    print(f"peers_setup: {spec.name} built in {time.time() - t:.0f} s -> {dest} ({dest.stat().st_size >> 20} MiB)")
+PYEOF
+
+echo "peers_setup: trimming FlashInfer to the modules flashinfer.mla imports, and tvm_ffi to what runs"
+# the top-level flashinfer modules and packages `import flashinfer.mla` loads (lazy imports on the MLA path stay
+# inside them: mla, jit, utils), found by importing it in the build tree
+PYTHONPATH="$PWD/$OUT/build/site${PYTHONPATH:+:$PYTHONPATH}" "$BUILD_PY" -c '
+import sys
+import flashinfer.mla  # noqa: F401
+print("\n".join(sorted({m.split(".")[1] for m in sys.modules if m.startswith("flashinfer.")})))
+' > "$OUT/build/flashinfer_keep.txt"
+FI="$OUT/site/flashinfer"
+for entry in "$FI"/*; do
+  base=$(basename "$entry"); mod=${base%.py}
+  case "$base" in data|__init__.py|py.typed) continue ;; esac
+  grep -qx "$mod" "$OUT/build/flashinfer_keep.txt" || rm -rf "$entry"
+done
+rm -rf "$FI/data/cutlass" "$FI/data/cccl" "$FI/data/spdlog" "$FI/data/include"
+find "$FI/data/csrc" -type f ! -name 'batch_mla*' -delete
+rm -rf "$OUT/site/tvm_ffi/3rdparty" "$OUT/site/tvm_ffi/include" "$OUT/site/tvm_ffi/src" "$OUT/site/tvm_ffi/cython" \
+  "$OUT/site/tvm_ffi/lib/libtvm_ffi_testing.so"
+rm -rf "$OUT/site/build_backend.py" "$OUT/site/build_utils.py" "$OUT/site/b12x"  # flashinfer's build helpers, extra
+# pure-Python packages flashinfer imports that a torch image may lack (torch's own deps are assumed present)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$RUNNER_PY" --implementation cp \
+  "${PLATFORMS[@]}" -d "$OUT/wheels/deps" requests urllib3 idna charset-normalizer certifi tqdm packaging nvidia-ml-py
+for w in "$OUT"/wheels/deps/*.whl; do unpack "$w" "$OUT/site"; done
+rm -f "$OUT/site/example.py"  # nvidia-ml-py's example script
+find "$OUT/site" -name '*.dist-info' -prune -o -type d \( -name tests -o -name docs -o -name examples \) -print0 \
+  | xargs -0 rm -rf
+find "$OUT/site" -name '__pycache__' -prune -exec rm -rf {} +
+du -sh "$OUT/site"
+echo "peers_setup: ok: PYTHONPATH=$OUT/site FLASHINFER_DISABLE_JIT=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1"
