@@ -106,8 +106,8 @@ for entry in "$FI"/*; do
 done
 rm -rf "$FI/data/cutlass" "$FI/data/cccl" "$FI/data/spdlog" "$FI/data/include"
 find "$FI/data/csrc" -type f ! -name 'batch_mla*' -delete
-rm -rf "$OUT/site/tvm_ffi/3rdparty" "$OUT/site/tvm_ffi/include" "$OUT/site/tvm_ffi/src" "$OUT/site/tvm_ffi/cython" \
-  "$OUT/site/tvm_ffi/lib/libtvm_ffi_testing.so"
+# (tvm_ffi's libtvm_ffi_testing.so stays: tvm_ffi loads it at import)
+rm -rf "$OUT/site/tvm_ffi/3rdparty" "$OUT/site/tvm_ffi/include" "$OUT/site/tvm_ffi/src" "$OUT/site/tvm_ffi/cython"
 rm -rf "$OUT/site/build_backend.py" "$OUT/site/build_utils.py" "$OUT/site/b12x"  # flashinfer's build helpers, extra
 # pure-Python packages flashinfer imports that a torch image may lack (torch's own deps are assumed present)
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$RUNNER_PY" --implementation cp \
