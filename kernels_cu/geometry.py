@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,6 +40,7 @@ def _compiler() -> str:
 
 SOURCES = (
     "geometry_host.cpp",
+    "arch_limits.cuh",
     "common.cuh",
     "contract_limits.cuh",
     "tree_build.cuh",
@@ -70,6 +72,14 @@ def _library() -> ctypes.CDLL:
     i64p = ctypes.POINTER(ctypes.c_longlong)
     lib.kdtr_tree_build_geometry.restype = None
     lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.kdtr_arch_limit_names.restype = ctypes.c_char_p
+    lib.kdtr_arch_limit_count.restype = ctypes.c_int
+    lib.kdtr_arch_limits_row.restype = None
+    lib.kdtr_arch_limits_row.argtypes = [ctypes.c_int, i64p]
+    lib.kdtr_smem_budget_for.restype = ctypes.c_longlong
+    lib.kdtr_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
+    lib.kdtr_tree_build_smem_max.restype = None
+    lib.kdtr_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
     lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
     lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
     lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
@@ -82,6 +92,52 @@ def _library() -> ctypes.CDLL:
     lib.tv_geometry_fields.restype = None
     lib.tv_geometry_fields.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
+
+
+def compute_capability(arch: str) -> int:
+    """sm_90 / sm_90a / sm_120 -> 90 / 90 / 120 (an arch-specific target has its base arch's limits)."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+    if m is None:
+        raise ValueError(f"arch: {arch!r} is not an sm_XX architecture")
+    return int(m.group(1))
+
+
+@functools.cache
+def arch_limits(arch: str) -> dict[str, int]:
+    """The row of kernels_cu/arch_limits.cuh for `arch`: per-block and per-SM shared memory, registers and threads
+    (GeometryError when the table has no row for it)."""
+    lib = _library()
+    names = lib.kdtr_arch_limit_names().decode().split()
+    if len(names) != lib.kdtr_arch_limit_count():
+        raise GeometryError(f"arch limits: {len(names)} names for {lib.kdtr_arch_limit_count()} fields")
+    out = (ctypes.c_longlong * len(names))()
+    lib.kdtr_arch_limits_row(compute_capability(arch), out)
+    row = dict(zip(names, (int(x) for x in out)))
+    if row["cc"] == 0:
+        raise GeometryError(f"kernels_cu/arch_limits.cuh has no limits for {arch}")
+    return row
+
+
+def spec_smem_budget(defines: dict[str, str]) -> int:
+    """A build spec's own shared-memory budget (its KDTR_SMEM_BUDGET define), 0 when it names none."""
+    return int(defines.get("KDTR_SMEM_BUDGET", "0"))
+
+
+@functools.cache
+def smem_budget(spec_budget: int, arch: str) -> int:
+    """The shared memory per block a build for `arch` plans for (arch_limits.cuh's kdtr_smem_budget): the arch's
+    opt-in limit, or the spec's own budget where that is smaller (spec_budget = spec_smem_budget(...), 0 = none)."""
+    arch_limits(arch)  # a clear error for an arch the table lacks
+    return int(_library().kdtr_smem_budget_for(spec_budget, compute_capability(arch)))
+
+
+@functools.cache
+def tree_build_smem_max(smem_limit: int, stage_policy: int, select_policy: int, race: int) -> tuple[int, int, int, int]:
+    """(bytes, B, L, K): the most dynamic shared memory a tree_build variant with these policies asks for at any
+    budget, depth and top-k of the contract under the per-block limit smem_limit, and the first shape asking it."""
+    out = (ctypes.c_longlong * 4)()
+    _library().kdtr_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
+    return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
 @functools.cache

@@ -98,6 +98,19 @@ def policies(spec: KernelSpec) -> tuple[int, int, int]:
     return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
+# The dynamic shared memory a launch may plan for: the per-block limit less an allowance for the kernel's static
+# shared variables.
+STATIC_ALLOWANCE = 64
+
+
+def launches(spec: KernelSpec, block_limit: int, static_smem: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries anywhere in the
+    contract's limits, on a GPU whose blocks may use block_limit bytes of shared memory (the spec's own build:
+    a race build's wide batches run another spec's, which has its own)."""
+    worst = geometry.tree_build_smem_max(block_limit - STATIC_ALLOWANCE, *policies(spec))[0]
+    return {spec.entry: (spec.block, worst), "tree_build_check_kernel": (spec.block, 0), spec.geometry: (1, 0)}
+
+
 def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None) -> KernelSpec:
     """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
     races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh)."""
@@ -114,7 +127,8 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
     spec = _launched(spec, bs, B, race_min_b)
-    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
+    limit = runtime.smem_optin_limit() - STATIC_ALLOWANCE
+    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, limit, *policies(spec))
     st = Staging(lib, like)
     try:
         st.sync_before()

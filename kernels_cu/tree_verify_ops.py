@@ -79,6 +79,23 @@ def kv_tensor_map(kv_ptr: int, num_pages: int, page_size: int) -> np.ndarray:
     return np.array([int(x) for x in tmap.opaque], np.uint64)
 
 
+# tree_verify's geometry query kernel is launched with up to this many threads (meta/test_kernel_geometry.py).
+GEOMETRY_THREADS = 128
+
+
+def launches(spec: KernelSpec, block_limit: int, static_smem: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, dynamic shared memory)} of every launch of `spec`'s entries: the attention kernel of each
+    dtype path (the same tile for every shape), the combine kernels, the geometry query."""
+    out = {spec.geometry: (GEOMETRY_THREADS, 0)}
+    for name, (attention, combine) in _ENTRIES.items():
+        if attention in spec.entries:
+            g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(name))
+            out[attention] = (g["threads"], g["smem_bytes"])
+        if combine in spec.entries:
+            out[combine] = (geometry.tree_verify(1, 1, 0)["combine_threads"], 0)
+    return out
+
+
 MAX_GRID_Y = 65535  # splits per request (grid y)
 # The partial outputs of split requests are fp32 [slots, Q·H, 512]: bounded so that a tiny forced chunk
 # on a long prefix is refused rather than asked of the device allocator.
