@@ -224,8 +224,6 @@ def test_portable_variant_has_neither(tmp_path):
 # Builds known not to fit their arch today (the clause runs them and expects the failure: strict).
 NOT_FITTING = {
     "tree_verify:portable@sm_120": "196 KB of shared memory per CTA where an sm_120 block gets 99 KB",
-    "tree_build:select_race@sm_120": "staged log-probs up to the limit less 64 bytes, and 112 bytes of static "
-    "shared memory (B = 707, L = 32, K = 249: 101424 bytes)",
 }
 
 
