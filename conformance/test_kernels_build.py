@@ -127,7 +127,10 @@ def test_geometry_headers_build_as_a_host_library():
     smem3, _, cap3 = geometry.tree_build(1024, 32, 1024, 227 * 1024, 0, 1)
     assert 1024 + 2 <= cap3 < 4 * 1024 + 65 and smem3 <= 227 * 1024 - 1024
     assert geometry.tree_accept(1025) == (6 * 1025 + 33) * 4
-    assert geometry.tree_verify(1, 1, 0)["threads"] == specs.get("tree_verify", "portable").block
+    assert (
+        geometry.tree_verify(1, 1, 0, budget=geometry.unbounded_budget())["threads"]
+        == specs.get("tree_verify", "portable").block
+    )
 
 
 @pytest.mark.spec("KB.1.5")
@@ -221,20 +224,6 @@ def test_portable_variant_has_neither(tmp_path):
     assert not HOPPER.findall(_sass(specs.get("tree_verify", "portable"), "sm_90a", tmp_path))
 
 
-# Builds known not to fit their arch today (the clause runs them and expects the failure: strict).
-NOT_FITTING = {
-    "tree_verify:portable@sm_120": "196 KB of shared memory per CTA where an sm_120 block gets 99 KB",
-}
-
-
-def _known(spec, arch):
-    why = NOT_FITTING.get(f"{spec.name}@{arch}")
-    return [pytest.mark.xfail(strict=True, reason=why)] if why else []
-
-
-FIT_BUILDS = [pytest.param(s, a, id=f"{s.name}@{a}", marks=_known(s, a)) for s in specs.SPECS for a in s.archs]
-
-
 def _usage(path, arch=None):
     try:
         return resources.read(path, arch)
@@ -248,7 +237,7 @@ def _fit(spec, arch, usage: dict, entry_name=lambda e: e) -> tuple[dict, dict]:
     static = {e: usage[entry_name(e)].static_smem(limits) for e in spec.entries if entry_name(e) in usage}
     missing = [entry_name(e) for e in spec.entries if entry_name(e) not in usage]
     assert not missing, f"[KB.1.7] {spec.name} for {arch}: no {missing} in the cubin (has {sorted(usage)})"
-    plan = ops.launches(spec, geometry.smem_budget(geometry.spec_smem_budget(spec.all_defines()), arch), static)
+    plan = ops.launches(spec, geometry.smem_budget(spec, arch))
     assert set(plan) == set(spec.entries), f"{spec.name}: launches() covers {sorted(plan)}, not {spec.entries}"
     found, bad = {}, {}
     for entry, (threads, dynamic) in plan.items():
@@ -262,7 +251,7 @@ def _fit(spec, arch, usage: dict, entry_name=lambda e: e) -> tuple[dict, dict]:
 
 
 @pytest.mark.spec("KB.1.7")
-@pytest.mark.parametrize("spec,arch", FIT_BUILDS)
+@pytest.mark.parametrize("spec,arch", BUILDS)
 def test_kernel_fits_its_arch(request, spec, arch, tmp_path):
     c = runtime.compile_kernel(spec, arch)
     cubin = tmp_path / f"{spec.variant}.cubin"
@@ -276,6 +265,37 @@ def test_kernel_fits_its_arch(request, spec, arch, tmp_path):
         request.node.user_properties.append(("kernel_fit", {"kernel": entry, "variant": spec.variant, "arch": arch,
                                                             **r, "fits": entry not in bad}))  # fmt: skip
     assert not bad, f"[KB.1.7] {spec.name} does not fit {arch}: {bad}"
+
+
+SM120_CERTIFIED = [s for s in specs.SPECS if s.variant.endswith("_99k")]
+
+
+@pytest.mark.spec("KB.1.7")
+@pytest.mark.parametrize("spec", SM120_CERTIFIED, ids=lambda s: s.name)
+def test_99k_variant_builds_what_sm120_runs(spec):
+    """A *_99k variant built for sm_90 plans the shared-memory budget, tiles and launches that its base variant's
+    sm_120 build plans, from the same source and defines: what an H200 certifies is what an sm_120 GPU runs."""
+    base = specs.get(spec.slug, spec.variant.removesuffix("_99k"))
+    assert spec.source == base.source and spec.archs == ("sm_90",) and "sm_120" in base.archs
+    assert {k: v for k, v in spec.defines if k != "KDTR_SMEM_BUDGET"} == dict(base.defines)
+    sm120 = geometry.arch_limits("sm_120")["smem_per_block_optin"]
+    assert (
+        specs.SM120_SMEM_BUDGET == sm120 == geometry.smem_budget(spec, "sm_90") == geometry.smem_budget(base, "sm_120")
+    )
+    assert geometry.smem_budget(base, "sm_90") > sm120  # the base variant's H200 build keeps its own budget
+    assert ops.launches(spec, geometry.smem_budget(spec, "sm_90")) == ops.launches(base, sm120)
+
+
+@pytest.mark.spec("KB.1.7")
+def test_every_budget_bound_variant_is_certified():
+    """Every tree_build or tree_verify variant whose launch depends on the shared-memory limit has a _99k twin."""
+    bound = [
+        s.name
+        for s in specs.SPECS
+        if "sm_120" in s.archs
+        and ops.launches(s, geometry.smem_budget(s, "sm_90")) != ops.launches(s, geometry.smem_budget(s, "sm_120"))
+    ]
+    assert sorted(bound) == sorted(s.name.removesuffix("_99k") for s in SM120_CERTIFIED)
 
 
 @pytest.mark.spec("KB.1.7")
@@ -295,7 +315,7 @@ def test_engine_build_fits_its_archs(request):
             _, b = _fit(spec, arch, usage.get(arch, {}), lambda e, s=spec: f"{e}__{s.slug}__{s.variant}")
             if b:
                 bad[f"{spec.name}@{arch}"] = b
-    assert set(bad) == set(NOT_FITTING), f"[KB.1.7] the engine's build does not fit: {bad}"
+    assert not bad, f"[KB.1.7] the engine's build does not fit: {bad}"
 
 
 @pytest.mark.spec("KB.1.7")

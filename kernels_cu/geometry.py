@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 
 from . import runtime
+from .specs import KernelSpec
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -90,7 +91,10 @@ def _library() -> ctypes.CDLL:
     lib.tv_sm90a_serves.restype = ctypes.c_int
     lib.tv_sm90a_serves.argtypes = [ctypes.c_int, ctypes.c_longlong]
     lib.tv_geometry_fields.restype = None
-    lib.tv_geometry_fields.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
+    lib.tv_geometry_fields.argtypes = (
+        [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
+    )
+    lib.tv_unbounded_budget.restype = ctypes.c_longlong
     return lib
 
 
@@ -118,17 +122,17 @@ def arch_limits(arch: str) -> dict[str, int]:
     return row
 
 
-def spec_smem_budget(defines: dict[str, str]) -> int:
-    """A build spec's own shared-memory budget (its KDTR_SMEM_BUDGET define), 0 when it names none."""
-    return int(defines.get("KDTR_SMEM_BUDGET", "0"))
+def spec_smem_budget(spec: KernelSpec) -> int:
+    """A build spec's own shared-memory budget in bytes (its KDTR_SMEM_BUDGET define), 0 when it names none."""
+    return int(spec.all_defines().get("KDTR_SMEM_BUDGET", "0"))
 
 
 @functools.cache
-def smem_budget(spec_budget: int, arch: str) -> int:
-    """The shared memory per block a build for `arch` plans for (arch_limits.cuh's kdtr_smem_budget): the arch's
-    opt-in limit, or the spec's own budget where that is smaller (spec_budget = spec_smem_budget(...), 0 = none)."""
+def smem_budget(spec: KernelSpec, arch: str) -> int:
+    """The shared memory per block that `spec`'s build for `arch` plans for, as its kernels compute it
+    (arch_limits.cuh's kdtr_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
     arch_limits(arch)  # a clear error for an arch the table lacks
-    return int(_library().kdtr_smem_budget_for(spec_budget, compute_capability(arch)))
+    return int(_library().kdtr_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
 
 
 @functools.cache
@@ -177,12 +181,19 @@ def tree_verify_fields() -> tuple[str, ...]:
 
 
 @functools.cache
-def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0) -> dict[str, int]:
+def unbounded_budget() -> int:
+    """A shared-memory budget every tile fits (tree_verify.cuh's kUnbounded): the tuned tiles."""
+    return int(_library().tv_unbounded_budget())
+
+
+@functools.cache
+def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0, *, budget: int) -> dict[str, int]:
     """The header's geometry for one request: n_keys = prefix_len + Q, rows = Q·H, variant (the values of
-    `variant_bf16` / `variant_f32`), chunk = an explicit split chunk in keys (<= 0: the default rule)."""
+    `variant_bf16` / `variant_f32`), chunk = an explicit split chunk in keys (<= 0: the default rule), budget =
+    the build's shared-memory budget (smem_budget(...): it picks the portable kernel's tile)."""
     names = tree_verify_fields()
     out = (ctypes.c_longlong * len(names))()
-    _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), out)
+    _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), int(budget), out)
     return dict(zip(names, (int(x) for x in out)))
 
 
@@ -194,5 +205,5 @@ def tree_verify_sm90a_serves(bf16: bool, page_size: int) -> bool:
 
 def tree_verify_variant(kernel: str) -> int:
     """Variant id of the header for the portable kernel's 'bf16' or 'fp32' path, or the 'sm90a' kernel."""
-    g = tree_verify(1, 1, 0)
+    g = tree_verify(1, 1, 0, budget=unbounded_budget())
     return g[{"bf16": "variant_bf16", "sm90a": "variant_sm90a"}.get(kernel, "variant_f32")]

@@ -62,7 +62,10 @@ long long kdtr_tree_accept_smem(int D) { return tree_accept_smem_bytes(D); }
 const char* tv_geometry_field_names() { return TV_GEOMETRY_FIELDS; }
 int tv_geometry_field_count() { return tv::kGeometryFields; }
 int tv_sm90a_serves(int bf16, long long page_size) { return tv::sm90a_serves(bf16 != 0, page_size) ? 1 : 0; }
-void tv_geometry_fields(long long n_keys, long long rows, int variant, long long chunk, long long* out) {
-  tv::geometry_fields(n_keys, rows, variant, chunk, out);
+// budget: the build's shared-memory budget (kdtr_smem_budget), which picks the portable kernel's tile.
+void tv_geometry_fields(long long n_keys, long long rows, int variant, long long chunk, long long budget,
+                        long long* out) {
+  tv::geometry_fields(n_keys, rows, variant, chunk, out, budget);
 }
+long long tv_unbounded_budget() { return tv::kUnbounded; }
 }

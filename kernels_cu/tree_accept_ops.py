@@ -23,7 +23,7 @@ from .arrays import (
 from .specs import KernelSpec
 
 
-def launches(spec: KernelSpec, block_limit: int, static_smem: dict[str, int]) -> dict[str, tuple[int, int]]:
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries in the contract's limits
     (the shared memory grows with the tree width D)."""
     worst = max(geometry.tree_accept(D) for D in range(1, limits.MAX_TREE + 1))

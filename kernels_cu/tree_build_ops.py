@@ -98,16 +98,23 @@ def policies(spec: KernelSpec) -> tuple[int, int, int]:
     return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
-# The dynamic shared memory a launch may plan for: the per-block limit less an allowance for the kernel's static
-# shared variables.
+# The limit the geometry header is given: the per-block limit less 64 bytes (the header keeps another
+# kTreeBuildStaticReserve for the kernel's static variables; the 64 stay, since the H200's capacities follow them).
 STATIC_ALLOWANCE = 64
 
 
-def launches(spec: KernelSpec, block_limit: int, static_smem: dict[str, int]) -> dict[str, tuple[int, int]]:
+def smem_limit(spec: KernelSpec, block_limit: int) -> int:
+    """The shared-memory limit tree_build.cuh sizes `spec`'s launch by, on a GPU whose blocks may use block_limit
+    bytes: under the spec's own budget where it names one (KDTR_SMEM_BUDGET: the *_99k variants)."""
+    own = geometry.spec_smem_budget(spec)
+    return (min(block_limit, own) if own > 0 else block_limit) - STATIC_ALLOWANCE
+
+
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries anywhere in the
     contract's limits, on a GPU whose blocks may use block_limit bytes of shared memory (the spec's own build:
     a race build's wide batches run another spec's, which has its own)."""
-    worst = geometry.tree_build_smem_max(block_limit - STATIC_ALLOWANCE, *policies(spec))[0]
+    worst = geometry.tree_build_smem_max(smem_limit(spec, block_limit), *policies(spec))[0]
     return {spec.entry: (spec.block, worst), "tree_build_check_kernel": (spec.block, 0), spec.geometry: (1, 0)}
 
 
@@ -127,7 +134,7 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
     spec = _launched(spec, bs, B, race_min_b)
-    limit = runtime.smem_optin_limit() - STATIC_ALLOWANCE
+    limit = smem_limit(spec, runtime.smem_optin_limit())
     smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, limit, *policies(spec))
     st = Staging(lib, like)
     try:
