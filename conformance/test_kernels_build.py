@@ -366,3 +366,36 @@ def test_arch_table_matches_the_device():
         "threads_per_sm": p.max_threads_per_multiprocessor,
     }
     assert {k: row[k] for k in got} == {k: int(v) for k, v in got.items()}
+
+
+def _tile_text(spec, arch) -> str:
+    budget = geometry.smem_budget(spec, arch)
+    parts = []
+    for dt in ("bf16", "fp32"):
+        g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(dt), budget=budget)
+        how = "a prefetch into registers" if g["prefetch"] else "cp.async"
+        parts.append(f"{dt} {g['m_tile']} rows x {g['block_n']} keys, {g['kv_stages']} KV stage(s) by {how}, "
+                     f"{g['smem_bytes']} bytes")  # fmt: skip
+    return "; ".join(parts)
+
+
+@pytest.mark.spec("KB.1.7")
+@pytest.mark.parametrize("arch", specs.PORTABLE_ARCHS)
+def test_what_each_arch_runs(request, arch):
+    """Every op has a variant for each portable arch; the report lists them, tree_verify's tile there, and which
+    sm_90 build certifies an sm_120 variant (its *_99k twin)."""
+    twins = {s.name.removesuffix("_99k"): s.variant for s in SM120_CERTIFIED}
+    ops_text = []
+    for slug in ("tree_build", "tree_accept", "tree_verify"):
+        runs = [s for s in specs.for_op(slug) if s.default and s.runs_on(arch)]
+        assert runs, f"no {slug} variant runs on {arch}"
+        names = [s.variant + (f" (certified on sm_90 as {twins[s.name]})" if arch == "sm_120" and s.name in twins
+                              else "") for s in runs]  # fmt: skip
+        ops_text.append(f"{slug}: {', '.join(names)}")
+    portable = specs.get("tree_verify", "portable")
+    tile = _tile_text(portable, arch)
+    if arch == "sm_120":  # what an sm_120 GPU selects is what its twin runs on the H200
+        assert tile == _tile_text(specs.get("tree_verify", "portable_99k"), "sm_90")
+        assert geometry.tree_verify(1, 1, 0, budget=geometry.smem_budget(portable, arch))["prefetch"] == 1
+    text = f"{'; '.join(ops_text)}. tree_verify portable's tile: {tile}."
+    request.node.user_properties.append(("arch_runs", {"arch": arch, "text": text}))
