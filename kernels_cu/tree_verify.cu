@@ -489,7 +489,7 @@ __device__ __forceinline__ void tree_verify_cta(
     Math::scores(sQ, sK, sS, warp, lane);
     __syncthreads();
 
-    {  // softmax step for keys kbeg + 32j + KPT·ssub .. + KPT of row srow
+    {  // softmax step for keys kbeg + BN·j + KPT·ssub .. + KPT of row srow
       const int k0 = kbeg + j * BN + ssub * KPT;
       float x[KPT];
 #pragma unroll
