@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from harness import device
-from kernels_cu import geometry, runtime, specs
+from harness import device, tools
+from kernels_cu import geometry, ops, resources, runtime, specs
 
 pytestmark = pytest.mark.nvrtc
 
@@ -127,7 +127,10 @@ def test_geometry_headers_build_as_a_host_library():
     smem3, _, cap3 = geometry.tree_build(1024, 32, 1024, 227 * 1024, 0, 1)
     assert 1024 + 2 <= cap3 < 4 * 1024 + 65 and smem3 <= 227 * 1024 - 1024
     assert geometry.tree_accept(1025) == (6 * 1025 + 33) * 4
-    assert geometry.tree_verify(1, 1, 0)["threads"] == specs.get("tree_verify", "portable").block
+    assert (
+        geometry.tree_verify(1, 1, 0, budget=geometry.unbounded_budget())["threads"]
+        == specs.get("tree_verify", "portable").block
+    )
 
 
 @pytest.mark.spec("KB.1.5")
@@ -219,3 +222,180 @@ def test_sm90a_variant_uses_wgmma_and_tma(spec, tmp_path):
 def test_portable_variant_has_neither(tmp_path):
     """The same check on the mma.sync kernel built for sm_90a finds nothing: the test above can fail."""
     assert not HOPPER.findall(_sass(specs.get("tree_verify", "portable"), "sm_90a", tmp_path))
+
+
+def _usage(path, arch=None):
+    try:
+        return resources.read(path, arch)
+    except resources.ToolMissing as e:
+        pytest.skip(str(e))
+
+
+def _fit(spec, arch, usage: dict, entry_name=lambda e: e) -> tuple[dict, dict]:
+    """(resources per entry, problems per entry) of the build of `spec` for `arch` whose functions are `usage`."""
+    limits = geometry.arch_limits(arch)
+    static = {e: usage[entry_name(e)].static_smem(limits) for e in spec.entries if entry_name(e) in usage}
+    missing = [entry_name(e) for e in spec.entries if entry_name(e) not in usage]
+    assert not missing, f"[KB.1.7] {spec.name} for {arch}: no {missing} in the cubin (has {sorted(usage)})"
+    plan = ops.launches(spec, geometry.smem_budget(spec, arch))
+    assert set(plan) == set(spec.entries), f"{spec.name}: launches() covers {sorted(plan)}, not {spec.entries}"
+    found, bad = {}, {}
+    for entry, (threads, dynamic) in plan.items():
+        u = usage[entry_name(entry)]
+        found[entry] = {"registers": u.registers, "threads": threads, "static_smem": static[entry],
+                        "dynamic_smem": dynamic, "block_limit": limits["smem_per_block_optin"]}  # fmt: skip
+        p = resources.problems(limits, u, threads, dynamic)
+        if p:
+            bad[entry] = p
+    return found, bad
+
+
+@pytest.mark.spec("KB.1.7")
+@pytest.mark.parametrize("spec,arch", BUILDS)
+def test_kernel_fits_its_arch(request, spec, arch, tmp_path):
+    c = runtime.compile_kernel(spec, arch)
+    cubin = tmp_path / f"{spec.variant}.cubin"
+    cubin.write_bytes(c.cubin)
+    usage = _usage(cubin, arch)[arch]
+    found, bad = _fit(spec, arch, usage)
+    for entry, r in found.items():  # the cubin's numbers are ptxas's
+        assert (r["registers"], r["static_smem"]) == (c.resources[entry]["registers"], c.resources[entry]["smem"]), (
+            f"cuobjdump and ptxas disagree on {entry} ({arch}): {r} vs {c.resources[entry]}"
+        )
+        request.node.user_properties.append(("kernel_fit", {"kernel": entry, "variant": spec.variant, "arch": arch,
+                                                            **r, "fits": entry not in bad}))  # fmt: skip
+    assert not bad, f"[KB.1.7] {spec.name} does not fit {arch}: {bad}"
+
+
+SM120_CERTIFIED = [s for s in specs.SPECS if s.variant.endswith("_99k")]
+
+
+@pytest.mark.spec("KB.1.7")
+@pytest.mark.parametrize("spec", SM120_CERTIFIED, ids=lambda s: s.name)
+def test_99k_variant_builds_what_sm120_runs(spec):
+    """A *_99k variant built for sm_90 plans the shared-memory budget, tiles and launches that its base variant's
+    sm_120 build plans, from the same source and defines: what an H200 certifies is what an sm_120 GPU runs."""
+    base = specs.get(spec.slug, spec.variant.removesuffix("_99k"))
+    assert spec.source == base.source and spec.archs == ("sm_90",) and "sm_120" in base.archs
+    assert {k: v for k, v in spec.defines if k != "KDTR_SMEM_BUDGET"} == dict(base.defines)
+    sm120 = geometry.arch_limits("sm_120")["smem_per_block_optin"]
+    assert (
+        specs.SM120_SMEM_BUDGET == sm120 == geometry.smem_budget(spec, "sm_90") == geometry.smem_budget(base, "sm_120")
+    )
+    assert geometry.smem_budget(base, "sm_90") > sm120  # the base variant's H200 build keeps its own budget
+    assert ops.launches(spec, geometry.smem_budget(spec, "sm_90")) == ops.launches(base, sm120)
+
+
+@pytest.mark.spec("KB.1.7")
+def test_every_budget_bound_variant_is_certified():
+    """Every tree_build or tree_verify variant whose launch depends on the shared-memory limit has a _99k twin."""
+    bound = [
+        s.name
+        for s in specs.SPECS
+        if "sm_120" in s.archs
+        and ops.launches(s, geometry.smem_budget(s, "sm_90")) != ops.launches(s, geometry.smem_budget(s, "sm_120"))
+    ]
+    assert sorted(bound) == sorted(s.name.removesuffix("_99k") for s in SM120_CERTIFIED)
+
+
+@pytest.mark.spec("KB.1.7")
+def test_engine_build_fits_its_archs(request):
+    """The engine's nvcc build (its entries renamed ENTRY__SLUG__VARIANT) against the same limits and launches."""
+    try:
+        binary = tools.binary("kdtree-engine")
+    except tools.ToolMissing as e:
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    usage = _usage(binary)
+    if not usage:
+        why = "kdtree-engine was built without nvcc (tools/setup.sh says why): it embeds no cubin"
+        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(why)
+    bad = {}
+    for spec in specs.SPECS:
+        for arch in spec.archs:
+            _, b = _fit(spec, arch, usage.get(arch, {}), lambda e, s=spec: f"{e}__{s.slug}__{s.variant}")
+            if b:
+                bad[f"{spec.name}@{arch}"] = b
+    assert not bad, f"[KB.1.7] the engine's build does not fit: {bad}"
+
+
+@pytest.mark.spec("KB.1.7")
+def test_res_usage_parses_cubins_and_fat_binaries():
+    """The reader takes a cubin's listing (no arch in it) and a fat binary's (one section per arch)."""
+    one = " Function k:\n  REG:30 STACK:0 SHARED:1040 LOCAL:0 CONSTANT[0]:920 TEXTURE:0\n"
+    assert resources.parse("Resource usage:\n" + one, "sm_90") == {"sm_90": {"k": resources.Usage(30, 1040, 0, 0)}}
+    fat = f"\nFatbin elf code:\n====\narch = sm_90\n\nResource usage:\n{one}\narch = sm_120\n\nResource usage:\n"
+    assert resources.parse(fat + one.replace("REG:30", "REG:31")) == {
+        "sm_90": {"k": resources.Usage(30, 1040, 0, 0)},
+        "sm_120": {"k": resources.Usage(31, 1040, 0, 0)},
+    }
+    with pytest.raises(ValueError, match="names no arch"):
+        resources.parse(one)
+
+
+@pytest.mark.spec("KB.1.7")
+def test_the_check_can_fail():
+    """One block over each limit is refused: the registers, the shared memory, the threads."""
+    lim = geometry.arch_limits("sm_120")
+    fits = resources.Usage(registers=64, shared=1024, stack=0, local=0)
+    assert resources.problems(lim, fits, 1024, 101376 - 0) == []  # 64 x 1024 registers, the whole opt-in limit
+    assert resources.problems(lim, resources.Usage(65, 1024, 0, 0), 1024, 0)  # 72 x 1024 after rounding
+    assert resources.problems(lim, fits, 256, 101376 + 1)
+    assert resources.problems(lim, resources.Usage(64, 1024 + 16, 0, 0), 256, 101376 - 8)  # static counts too
+    assert resources.problems(lim, fits, 1056, 0)
+    assert resources.problems(lim, resources.Usage(256, 1024, 0, 0), 32, 0)
+    assert resources.problems(geometry.arch_limits("sm_90"), fits, 256, 196096) == []
+    assert "smem_per_block_optin 101376" in " ".join(resources.problems(lim, fits, 256, 196096))
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("KB.1.7")
+def test_arch_table_matches_the_device():
+    """arch_limits.cuh's row for the GPU's arch is what the device reports."""
+    if not device.probe().ok:
+        pytest.skip(f"GPU unavailable: {device.probe().reason}")
+    p = runtime.gpu().device.properties
+    row = geometry.arch_limits(runtime.gpu().arch)
+    got = {
+        "smem_per_block_optin": p.max_shared_memory_per_block_optin,
+        "smem_per_sm": p.max_shared_memory_per_multiprocessor,
+        "smem_reserved_per_block": p.reserved_shared_memory_per_block,
+        "smem_static_max": p.max_shared_memory_per_block,
+        "regs_per_sm": p.max_registers_per_multiprocessor,
+        "regs_per_block": p.max_registers_per_block,
+        "threads_per_block": p.max_threads_per_block,
+        "threads_per_sm": p.max_threads_per_multiprocessor,
+    }
+    assert {k: row[k] for k in got} == {k: int(v) for k, v in got.items()}
+
+
+def _tile_text(spec, arch) -> str:
+    budget = geometry.smem_budget(spec, arch)
+    parts = []
+    for dt in ("bf16", "fp32"):
+        g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(dt), budget=budget)
+        how = "a prefetch into registers" if g["prefetch"] else "cp.async"
+        parts.append(f"{dt} {g['m_tile']} rows x {g['block_n']} keys, {g['kv_stages']} KV stage(s) by {how}, "
+                     f"{g['smem_bytes']} bytes")  # fmt: skip
+    return "; ".join(parts)
+
+
+@pytest.mark.spec("KB.1.7")
+@pytest.mark.parametrize("arch", specs.PORTABLE_ARCHS)
+def test_what_each_arch_runs(request, arch):
+    """Every op has a variant for each portable arch; the report lists them, tree_verify's tile there, and which
+    sm_90 build certifies an sm_120 variant (its *_99k twin)."""
+    twins = {s.name.removesuffix("_99k"): s.variant for s in SM120_CERTIFIED}
+    ops_text = []
+    for slug in ("tree_build", "tree_accept", "tree_verify"):
+        runs = [s for s in specs.for_op(slug) if s.default and s.runs_on(arch)]
+        assert runs, f"no {slug} variant runs on {arch}"
+        names = [s.variant + (f" (certified on sm_90 as {twins[s.name]})" if arch == "sm_120" and s.name in twins
+                              else "") for s in runs]  # fmt: skip
+        ops_text.append(f"{slug}: {', '.join(names)}")
+    portable = specs.get("tree_verify", "portable")
+    tile = _tile_text(portable, arch)
+    if arch == "sm_120":  # what an sm_120 GPU selects is what its twin runs on the H200
+        assert tile == _tile_text(specs.get("tree_verify", "portable_99k"), "sm_90")
+        assert geometry.tree_verify(1, 1, 0, budget=geometry.smem_budget(portable, arch))["prefetch"] == 1
+    text = f"{'; '.join(ops_text)}. tree_verify portable's tile: {tile}."
+    request.node.user_properties.append(("arch_runs", {"arch": arch, "text": text}))

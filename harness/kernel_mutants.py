@@ -153,6 +153,33 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;",
         "const float* src = part_o + ((base + (s + 1) % n) * QH + R) * tv::kLatent + lane * 4;",
     ),
+    # tree_verify's small tiles (portable_99k on sm_90; portable itself on sm_120): the prefetch of the next KV
+    # block into registers, the 32-row warp layout, the 16 x 16 fp32 tile
+    "k_tv_prefetch_same_block": (  # every block after the first is the first block again
+        "tree_verify",
+        "if (j + 1 < nblk) prefetch_kv(j + 1);",
+        "if (j + 1 < nblk) prefetch_kv(j);",
+    ),
+    "k_tv_prefetch_tail_of_page": (  # rows past the split's end in its last page are loaded (0 x NaN)
+        "tree_verify",
+        "      if (p < kend) {\n        const T* row",
+        "      if (p < kend || p / page_size == (kend - 1) / page_size) {\n        const T* row",
+    ),
+    "k_tv_bf16_row_half_of_tuned_tile": (  # the second row half at row 32, as in the 64-row tile
+        "tree_verify",
+        "smem_u32(sQ + (rh * (M / 2) + (lane & 15)) * PITCH",
+        "smem_u32(sQ + (rh * 32 + (lane & 15)) * PITCH",
+    ),
+    "k_tv_bf16_p_halves_swapped": (  # the 32-row tile's P store: keys 4s+2, 4s+3 written first
+        "tree_verify",
+        "make_uint2(pack_bf16(p[0], p[1]), pack_bf16(p[2], p[3]))",
+        "make_uint2(pack_bf16(p[2], p[3]), pack_bf16(p[0], p[1]))",
+    ),
+    "k_tv_f32_small_softmax_key0": (  # the 16-key fp32 softmax: every thread of a row reads the row's first key
+        "tree_verify",
+        "const float d = sS[part * M * SP + srow * SP + ssub * KPT + e];",
+        "const float d = sS[part * M * SP + srow * SP + e];",
+    ),
 }
 
 SM90A = "tree_verify_sm90a.cu"

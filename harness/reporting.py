@@ -40,6 +40,8 @@ class _Collector:
         self.resources: dict[str, dict] = {}
         self.mutants: dict[str, dict] = {}
         self.served: collections.Counter = collections.Counter()  # "requested -> served (inputs)": calls
+        self.fits: dict[str, dict] = {}  # KB.1.7: each compiled entry against its arch's limits
+        self.arch_runs: dict[str, dict] = {}  # per arch: the variants that run there, tree_verify's tile
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "not_claimed": 0}
         self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
         self.skips: collections.Counter = collections.Counter()  # every skipped test's reason (spec'd or not)
@@ -57,6 +59,10 @@ class _Collector:
                 self.workers[value[0]] = value[1]
             elif key == "served_by":
                 self.served.update(value)
+            elif key == "kernel_fit":
+                self.fits[f"{value['kernel']}:{value['variant']}@{value['arch']}"] = value
+            elif key == "arch_runs":
+                self.arch_runs[value["arch"]] = value
         outcome = _outcome(report)
         if outcome is None:
             return
@@ -161,6 +167,8 @@ class _Collector:
             "kernel_resources": [self.resources[k] for k in sorted(self.resources)],
             "mutants": self.mutants,
             "served_by": dict(sorted(self.served.items())),
+            "kernel_fit": [self.fits[k] for k in sorted(self.fits)],
+            "arch_runs": [self.arch_runs[k] for k in sorted(self.arch_runs)],
         }
 
 
@@ -274,6 +282,22 @@ def render_markdown(data: dict) -> str:
                 f"{k['stack']} | "
                 f"{k['spill_stores']} | {k['spill_loads']} |"
             )
+    if data.get("kernel_fit"):
+        lines += [
+            "",
+            "## Kernels against their arch's limits (KB.1.7, read from the cubins)",
+            "",
+            "| kernel | variant | arch | registers | threads | static smem | most dynamic smem | block limit | fits |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for k in data["kernel_fit"]:
+            lines.append(
+                f"| {k['kernel']} | {k['variant']} | {k['arch']} | {k['registers']} | {k['threads']} | "
+                f"{k['static_smem']} | {k['dynamic_smem']} | {k['block_limit']} | {'yes' if k['fits'] else '**no**'} |"
+            )
+    if data.get("arch_runs"):
+        lines += ["", "## What each arch runs (compile-only)", ""]
+        lines += [f"- **{a['arch']}**: {a['text']}" for a in data["arch_runs"]]
     if data["mutants"]:
         killed = sum(1 for v in data["mutants"].values() if v["killed"])
         lines += [

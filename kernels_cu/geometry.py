@@ -16,11 +16,13 @@ import functools
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
 
 from . import runtime
+from .specs import KernelSpec
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -39,6 +41,7 @@ def _compiler() -> str:
 
 SOURCES = (
     "geometry_host.cpp",
+    "arch_limits.cuh",
     "common.cuh",
     "contract_limits.cuh",
     "tree_build.cuh",
@@ -70,6 +73,14 @@ def _library() -> ctypes.CDLL:
     i64p = ctypes.POINTER(ctypes.c_longlong)
     lib.kdtr_tree_build_geometry.restype = None
     lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.kdtr_arch_limit_names.restype = ctypes.c_char_p
+    lib.kdtr_arch_limit_count.restype = ctypes.c_int
+    lib.kdtr_arch_limits_row.restype = None
+    lib.kdtr_arch_limits_row.argtypes = [ctypes.c_int, i64p]
+    lib.kdtr_smem_budget_for.restype = ctypes.c_longlong
+    lib.kdtr_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
+    lib.kdtr_tree_build_smem_max.restype = None
+    lib.kdtr_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
     lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
     lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
     lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
@@ -80,8 +91,57 @@ def _library() -> ctypes.CDLL:
     lib.tv_sm90a_serves.restype = ctypes.c_int
     lib.tv_sm90a_serves.argtypes = [ctypes.c_int, ctypes.c_longlong]
     lib.tv_geometry_fields.restype = None
-    lib.tv_geometry_fields.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
+    lib.tv_geometry_fields.argtypes = (
+        [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
+    )
+    lib.tv_unbounded_budget.restype = ctypes.c_longlong
     return lib
+
+
+def compute_capability(arch: str) -> int:
+    """sm_90 / sm_90a / sm_120 -> 90 / 90 / 120 (an arch-specific target has its base arch's limits)."""
+    m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+    if m is None:
+        raise ValueError(f"arch: {arch!r} is not an sm_XX architecture")
+    return int(m.group(1))
+
+
+@functools.cache
+def arch_limits(arch: str) -> dict[str, int]:
+    """The row of kernels_cu/arch_limits.cuh for `arch`: per-block and per-SM shared memory, registers and threads
+    (GeometryError when the table has no row for it)."""
+    lib = _library()
+    names = lib.kdtr_arch_limit_names().decode().split()
+    if len(names) != lib.kdtr_arch_limit_count():
+        raise GeometryError(f"arch limits: {len(names)} names for {lib.kdtr_arch_limit_count()} fields")
+    out = (ctypes.c_longlong * len(names))()
+    lib.kdtr_arch_limits_row(compute_capability(arch), out)
+    row = dict(zip(names, (int(x) for x in out)))
+    if row["cc"] == 0:
+        raise GeometryError(f"kernels_cu/arch_limits.cuh has no limits for {arch}")
+    return row
+
+
+def spec_smem_budget(spec: KernelSpec) -> int:
+    """A build spec's own shared-memory budget in bytes (its KDTR_SMEM_BUDGET define), 0 when it names none."""
+    return int(spec.all_defines().get("KDTR_SMEM_BUDGET", "0"))
+
+
+@functools.cache
+def smem_budget(spec: KernelSpec, arch: str) -> int:
+    """The shared memory per block that `spec`'s build for `arch` plans for, as its kernels compute it
+    (arch_limits.cuh's kdtr_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
+    arch_limits(arch)  # a clear error for an arch the table lacks
+    return int(_library().kdtr_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
+
+
+@functools.cache
+def tree_build_smem_max(smem_limit: int, stage_policy: int, select_policy: int, race: int) -> tuple[int, int, int, int]:
+    """(bytes, B, L, K): the most dynamic shared memory a tree_build variant with these policies asks for at any
+    budget, depth and top-k of the contract under the per-block limit smem_limit, and the first shape asking it."""
+    out = (ctypes.c_longlong * 4)()
+    _library().kdtr_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
+    return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
 @functools.cache
@@ -121,12 +181,19 @@ def tree_verify_fields() -> tuple[str, ...]:
 
 
 @functools.cache
-def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0) -> dict[str, int]:
+def unbounded_budget() -> int:
+    """A shared-memory budget every tile fits (tree_verify.cuh's kUnbounded): the tuned tiles."""
+    return int(_library().tv_unbounded_budget())
+
+
+@functools.cache
+def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0, *, budget: int) -> dict[str, int]:
     """The header's geometry for one request: n_keys = prefix_len + Q, rows = Q·H, variant (the values of
-    `variant_bf16` / `variant_f32`), chunk = an explicit split chunk in keys (<= 0: the default rule)."""
+    `variant_bf16` / `variant_f32`), chunk = an explicit split chunk in keys (<= 0: the default rule), budget =
+    the build's shared-memory budget (smem_budget(...): it picks the portable kernel's tile)."""
     names = tree_verify_fields()
     out = (ctypes.c_longlong * len(names))()
-    _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), out)
+    _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), int(budget), out)
     return dict(zip(names, (int(x) for x in out)))
 
 
@@ -138,5 +205,5 @@ def tree_verify_sm90a_serves(bf16: bool, page_size: int) -> bool:
 
 def tree_verify_variant(kernel: str) -> int:
     """Variant id of the header for the portable kernel's 'bf16' or 'fp32' path, or the 'sm90a' kernel."""
-    g = tree_verify(1, 1, 0)
+    g = tree_verify(1, 1, 0, budget=unbounded_budget())
     return g[{"bf16": "variant_bf16", "sm90a": "variant_sm90a"}.get(kernel, "variant_f32")]

@@ -37,6 +37,13 @@ def prepare(slug: str, variant: str, *args, **kwargs):
     return _module(slug).prepare(specs.get(slug, variant), *args, **kwargs)
 
 
+def launches(spec: specs.KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
+    """{entry: (threads per block, most dynamic shared memory)} of every launch the op's wrapper makes of the
+    spec's entries, anywhere in the contract's limits, on a GPU whose blocks may use block_limit bytes of shared
+    memory (geometry.smem_budget of the build). No GPU needed."""
+    return _module(spec.slug).launches(spec, block_limit)
+
+
 def prepare_deferred(slug: str, variant: str, *args, **kwargs):
     """A call on device-resident inputs with the value checks on the device (tree_build only, spec TB.4.5):
     `.launch()` is capturable, `.check()` raises the contract's error when the device check failed."""

@@ -282,9 +282,8 @@ def load(spec: KernelSpec, dynamic_smem: int = 0, entry: str | None = None):
 
 
 def smem_optin_limit() -> int:
-    """The device's per-block dynamic shared-memory limit (opt-in), less the kernels' static shared memory
-    allowance (16 bytes used, 64 reserved)."""
-    return int(gpu().device.properties.max_shared_memory_per_block_optin) - 64
+    """The device's per-block shared-memory limit (opt-in: static and dynamic together)."""
+    return int(gpu().device.properties.max_shared_memory_per_block_optin)
 
 
 def sm_count() -> int:

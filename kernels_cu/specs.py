@@ -198,6 +198,24 @@ SPECS: tuple[KernelSpec, ...] = (
     ),
 )
 
+# What an sm_120 GPU runs (RTX PRO 6000 Blackwell: 99 KB of shared memory per block, kernels_cu/arch_limits.cuh),
+# built for sm_90 so that an H200 runs it through every clause: tree_verify's portable kernel with its small tiles
+# and the tree_build variants whose staging or selection capacity follows the shared-memory limit, at that limit.
+# (Built for sm_120 itself, the plain variants take the same budget from the arch: KB.1.7 checks both builds.)
+SM120_SMEM_BUDGET = 99 * 1024
+_BUDGET_BOUND = ("tree_build:heap_smem", "tree_build:select_verify", "tree_build:select_warp", "tree_build:select_race")
+SPECS += tuple(
+    dataclasses.replace(
+        s,
+        variant=f"{s.variant}_99k",
+        description=f"{s.description}; built for sm_120's 99 KB per block (what an sm_120 GPU runs), on sm_90",
+        defines=(*s.defines, ("KDTR_SMEM_BUDGET", str(SM120_SMEM_BUDGET))),
+        archs=("sm_90",),
+    )
+    for s in SPECS
+    if s.name in (*_BUDGET_BOUND, "tree_verify:portable")
+)
+
 
 def for_op(slug: str) -> list[KernelSpec]:
     return [s for s in SPECS if s.slug == slug]

@@ -23,6 +23,13 @@ from .arrays import (
 from .specs import KernelSpec
 
 
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries in the contract's limits
+    (the shared memory grows with the tree width D)."""
+    worst = max(geometry.tree_accept(D) for D in range(1, limits.MAX_TREE + 1))
+    return {spec.entry: (spec.block, worst), spec.geometry: (1, 0)}
+
+
 def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     """Validate a tree_accept call (the contract's signature) and set it up on the device for `spec`."""
     lib, like, host, dev = split_args(TREE_ACCEPT, TREE_ACCEPT.bind(*args, **kwargs))

@@ -64,25 +64,32 @@ KDTR_HD constexpr TreeBuildSmem tree_build_smem(int B, int L, int K, bool stage_
   return s;
 }
 
+// The kernel's static shared variables (up to 512 bytes: select_verify's; select_race has 112) share the
+// per-block limit with the dynamic layout, which therefore stays 1 KB under smem_limit wherever it is sized to
+// fill it: the staged log-probs and the select-then-verify candidates alike (the limits the hosts pass keep 64
+// bytes more). On the H200 no staged layout comes within 1 KB of the limit, so this changes nothing there; on a
+// 99 KB sm_120 block, staging up to the limit itself left select_race 48 bytes over (spec/build.md KB.1.7).
+constexpr long long kTreeBuildStaticReserve = 1024;
+
 // The variant's choice (KDTR_TB_STAGE_LP: 1 = stage the log-probs in shared memory when they fit the
 // device's per-block limit, 2 = the same but only up to kTreeBuildStageSmallBytes, which leaves the candidate
 // set of the warp build its room at B = 1024, 0 = always read them from global memory) and the bytes to launch with.
 constexpr long long kTreeBuildStageSmallBytes = 32 * 1024;
 KDTR_HD constexpr bool tree_build_stages_lp(int B, int L, int K, long long smem_limit, int stage_policy) {
-  return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit &&
+  return stage_policy != 0 && tree_build_smem(B, L, K, true).total <= smem_limit - kTreeBuildStaticReserve &&
          (stage_policy != 2 || 4LL * L * K <= kTreeBuildStageSmallBytes);
 }
 
 // Candidates the select-then-verify build holds (KDTR_TB_SELECT = m >= 1; 0 = the variant never selects): about
 // 4mB + 64 (the tree so far after each level's pruning, plus one level's new children), fewer when the
-// device's per-block shared memory (less 1 KB for the kernel's static shared variables, the staged log-probs
-// when `stage`, and the replay's region and the selection's outputs when `race`) holds fewer; 0, the replay
-// alone, when fewer than B + 2 fit.
+// device's per-block shared memory (less kTreeBuildStaticReserve, the staged log-probs when `stage`, and the
+// replay's region and the selection's outputs when `race`) holds fewer; 0, the replay alone, when fewer than
+// B + 2 fit.
 KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_limit, int select_policy,
                                             bool stage, bool race = false) {
   const TreeBuildSmem none = tree_build_smem(B, L, K, stage);
   const long long fixed = none.total - none.score + (race ? none.score + tree_build_race_out_bytes(B) : 0);
-  const long long room = smem_limit - 1024 - fixed;
+  const long long room = smem_limit - kTreeBuildStaticReserve - fixed;
   const long long fit = room > 0 ? room / tree_build_select_node_bytes(L) : 0;
   long long cap = 4LL * select_policy * B + 64 + 1;
   cap = cap < fit ? cap : fit;

@@ -98,6 +98,26 @@ def policies(spec: KernelSpec) -> tuple[int, int, int]:
     return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
 
 
+# The limit the geometry header is given: the per-block limit less 64 bytes (the header keeps another
+# kTreeBuildStaticReserve for the kernel's static variables; the 64 stay, since the H200's capacities follow them).
+STATIC_ALLOWANCE = 64
+
+
+def smem_limit(spec: KernelSpec, block_limit: int) -> int:
+    """The shared-memory limit tree_build.cuh sizes `spec`'s launch by, on a GPU whose blocks may use block_limit
+    bytes: under the spec's own budget where it names one (KDTR_SMEM_BUDGET: the *_99k variants)."""
+    own = geometry.spec_smem_budget(spec)
+    return (min(block_limit, own) if own > 0 else block_limit) - STATIC_ALLOWANCE
+
+
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries anywhere in the
+    contract's limits, on a GPU whose blocks may use block_limit bytes of shared memory (the spec's own build:
+    a race build's wide batches run another spec's, which has its own)."""
+    worst = geometry.tree_build_smem_max(smem_limit(spec, block_limit), *policies(spec))[0]
+    return {spec.entry: (spec.block, worst), "tree_build_check_kernel": (spec.block, 0), spec.geometry: (1, 0)}
+
+
 def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None) -> KernelSpec:
     """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
     races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh)."""
@@ -114,7 +134,8 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
     spec = _launched(spec, bs, B, race_min_b)
-    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, runtime.smem_optin_limit(), *policies(spec))
+    limit = smem_limit(spec, runtime.smem_optin_limit())
+    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, limit, *policies(spec))
     st = Staging(lib, like)
     try:
         st.sync_before()

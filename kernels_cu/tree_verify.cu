@@ -10,12 +10,16 @@
 // serves m_tile of those rows at once. That reuse is what makes the op compute bound once Q·H ≳ 120.
 //
 // Grid (tree_verify.cuh): x = row tile (m_tile consecutive rows of the request's Q·H), y = split,
-// z = request; 256 threads. A CTA walks its split's keys in blocks of 32:
-//   1. S = q·kᵀ for its m_tile rows x 32 keys (bf16: 8 warps = 2 row halves x 4 slices of the 576 dims, the
-//      four partial sums added in a fixed order; fp32: one dot product per thread and key),
-//   2. softmax step (4 or 8 threads per row): scale, mask, online max/sum, P and the rescale factor alpha,
-//   3. O = O·alpha + P·V (bf16: warp w owns output columns 64w .. 64w+63 of all 64 rows, 128 fp32 registers;
-//      fp32: each thread 16 rows x 4 columns).
+// z = request; 256 threads. The tile comes from the build's shared-memory budget (tree_verify.cuh's Tile:
+// 64 rows x 32 keys in bf16, 32 x 32 in fp32 where 227 KB fit, as on the H200; 32 x 32 and 16 x 16 in 99 KB, as
+// on sm_120). A CTA walks its split's keys in blocks of block_n:
+//   1. S = q·kᵀ for its m_tile rows x block_n keys (bf16: 8 warps = 2 row halves x 4 slices of the 576 dims,
+//      the four partial sums added in a fixed order; fp32: one dot product per thread and key),
+//   2. softmax step (4, 8 or 16 threads per row): scale, mask, online max/sum, P and the rescale factor alpha,
+//   3. O = O·alpha + P·V (bf16: warp w owns output columns 64w .. 64w+63 of every row, 128 or 64 fp32
+//      registers; fp32: each thread 16 or 8 rows x 4 columns).
+// The next KV block is copied during this one: into the second shared-memory stage by cp.async (bf16, 227 KB),
+// into registers and then the single stage after P·V (99 KB tiles), or (fp32, 227 KB) by cp.async after P·V.
 // Keys after the tile's last query are skipped: query i sees no tree key beyond its own (TV.1.3).
 //
 // Invisible rows change no bit (TV.3.1). Masking is by selection: an invisible logit is replaced by -inf
@@ -35,10 +39,28 @@
 // overflow); lse = m + ln(l), natural log. bf16: P = exp(s - m_running) is rounded to bf16 before P·V (the
 // reference rounds the normalized P; the tolerance of TV.2.2 covers the difference), l sums the unrounded
 // fp32 values, out = O / l rounded to bf16 once.
+#include "arch_limits.cuh"
 #include "common.cuh"
 #include "tree_verify.cuh"
 
 namespace {
+
+// The shared memory this build plans for (arch_limits.cuh): the spec's KDTR_SMEM_BUDGET or the target arch's
+// per-block limit; it picks each dtype path's tile (tree_verify.cuh). nvcc's host pass compiles no device
+// code from it (0 there: the small tiles, never launched).
+#if defined(__CUDA_ARCH__)
+constexpr long long kBudget = kdtr_smem_budget(KDTR_SPEC_SMEM_BUDGET, __CUDA_ARCH__ / 10);
+static_assert(kBudget > 0, "kernels_cu/arch_limits.cuh has no shared-memory limit for this arch");
+#else
+constexpr long long kBudget = 0;
+#endif
+constexpr tv::Tile kTileBf16 = tv::tile(tv::kBf16, kBudget);
+constexpr tv::Tile kTileF32 = tv::tile(tv::kF32, kBudget);
+#if defined(__CUDA_ARCH__)
+static_assert(tv::tile_smem_bytes(tv::kBf16, kTileBf16) <= kBudget, "the bf16 tile fits the budget");
+static_assert(tv::tile_smem_bytes(tv::kF32, kTileF32) <= kBudget, "the fp32 tile fits the budget");
+#endif
+static_assert(kTileBf16.bn == 32, "the bf16 warp layout (MathBf16) takes 32-key blocks");
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -84,29 +106,34 @@ __device__ __forceinline__ bool tree_bit(const uint32_t* __restrict__ vis_b, int
 }
 
 // ------------------------------------------------------------------------------------------------ bf16 math
+// M rows of the tile (64: the tuned tile, 32: the small one); keys in blocks of 32.
+template <int M_>
 struct MathBf16 {
   static constexpr int V = tv::kBf16;
+  static constexpr int M = M_;
+  static constexpr int BN = 32;
   static constexpr int PITCH = tv::row_pitch(V);  // elements per q / KV row in shared memory
-  static constexpr int SP = tv::s_pitch(V);
-  static constexpr int PP = tv::p_pitch(V);
-  static constexpr int M = tv::m_tile(V);
-  static_assert(M == 64 && tv::kBlockN == 32 && tv::kThreads == 256, "the warp layout below assumes these");
+  static constexpr int SP = tv::s_pitch(V, BN);
+  static constexpr int PP = tv::p_pitch(V, BN);
+  static constexpr int SMT = M / 32;  // m-tiles of S per warp: a row half is M / 2 rows
+  static constexpr int OMT = M / 16;  // m-tiles of O per warp: every row
+  static_assert((M == 64 || M == 32) && tv::kThreads == 256, "the warp layout below assumes these");
   static_assert(tv::s_parts(V) == 4 && tv::kHeadDim == 4 * 9 * 16, "4 slices of 9 k-steps");
 
   struct Acc {
-    float o[4][8][4];  // 4 m-tiles (64 rows) x 8 n-tiles (this warp's 64 output columns)
+    float o[OMT][8][4];  // M / 16 m-tiles (every row) x 8 n-tiles (this warp's 64 output columns)
   };
 
   static __device__ __forceinline__ void zero(Acc& a) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < OMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) a.o[mt][nt][e] = 0.f;
   }
 
-  // Partial S of warp (rh = warp / 4: rows 32·rh .. +32; dq = warp % 4: dims 144·dq .. +144) into
+  // Partial S of warp (rh = warp / 4: rows (M/2)·rh .. +M/2; dq = warp % 4: dims 144·dq .. +144) into
   // sS[dq][row][key], fp32, unscaled.
   static __device__ __forceinline__ void scores(const uint16_t* sQ, const uint16_t* sK, float* sS, int warp,
                                                 int lane) {
@@ -114,35 +141,35 @@ struct MathBf16 {
     // ldmatrix x4 row addresses. A (q rows): lanes 0-15 rows 0-15 at k 0, lanes 16-31 the same rows at k 8.
     // B (key rows as the columns of Kᵀ): lanes 0-7 keys 0-7 at k 0, 8-15 keys 0-7 at k 8, 16-23 keys 8-15 at
     // k 0, 24-31 keys 8-15 at k 8, giving {b0, b1} of two 8-key n-tiles.
-    const uint32_t a_addr = smem_u32(sQ + (rh * 32 + (lane & 15)) * PITCH + dq * 144 + (lane >> 4) * 8);
+    const uint32_t a_addr = smem_u32(sQ + (rh * (M / 2) + (lane & 15)) * PITCH + dq * 144 + (lane >> 4) * 8);
     const uint32_t b_addr =
         smem_u32(sK + ((lane & 7) + ((lane >> 4) << 3)) * PITCH + dq * 144 + ((lane >> 3) & 1) * 8);
-    float acc[2][4][4];
+    float acc[SMT][4][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < SMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < 9; ++ks) {
-      uint32_t a[2][4], bq[2][4];
-      ldsm_x4(a[0], a_addr + ks * 32);
-      ldsm_x4(a[1], a_addr + 16 * PITCH * 2 + ks * 32);
+      uint32_t a[SMT][4], bq[2][4];
+#pragma unroll
+      for (int mt = 0; mt < SMT; ++mt) ldsm_x4(a[mt], a_addr + mt * 16 * PITCH * 2 + ks * 32);
       ldsm_x4(bq[0], b_addr + ks * 32);
       ldsm_x4(bq[1], b_addr + 16 * PITCH * 2 + ks * 32);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < SMT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
           mma_bf16(acc[mt][nt], a[mt], bq[nt >> 1][(nt & 1) * 2], bq[nt >> 1][(nt & 1) * 2 + 1]);
     }
     float* part = sS + dq * M * SP;
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < SMT; ++mt)
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
-        const int r = rh * 32 + mt * 16 + (lane >> 2), c = nt * 8 + (lane & 3) * 2;
+        const int r = rh * (M / 2) + mt * 16 + (lane >> 2), c = nt * 8 + (lane & 3) * 2;
         *reinterpret_cast<float2*>(part + r * SP + c) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
         *reinterpret_cast<float2*>(part + (r + 8) * SP + c) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
       }
@@ -150,20 +177,24 @@ struct MathBf16 {
 
   template <int KPT>
   static __device__ __forceinline__ void store_p(uint16_t* dst, const float (&p)[KPT]) {
-    static_assert(KPT == 8, "one 16-byte store per thread");
-    uint4 w;
-    w.x = pack_bf16(p[0], p[1]);
-    w.y = pack_bf16(p[2], p[3]);
-    w.z = pack_bf16(p[4], p[5]);
-    w.w = pack_bf16(p[6], p[7]);
-    *reinterpret_cast<uint4*>(dst) = w;
+    static_assert(KPT == 8 || KPT == 4, "one 16-byte (64 rows) or 8-byte (32 rows) store per thread");
+    if constexpr (KPT == 8) {
+      uint4 w;
+      w.x = pack_bf16(p[0], p[1]);
+      w.y = pack_bf16(p[2], p[3]);
+      w.z = pack_bf16(p[4], p[5]);
+      w.w = pack_bf16(p[6], p[7]);
+      *reinterpret_cast<uint4*>(dst) = w;
+    } else {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16(p[0], p[1]), pack_bf16(p[2], p[3]));
+    }
   }
 
   // O = O·alpha + P·V for this warp's 64 columns. Fragment rows: lane/4 and lane/4 + 8 of each m-tile.
   static __device__ __forceinline__ void pv(Acc& acc, const float* sAlpha, const uint16_t* sP, const uint16_t* sV,
                                             int warp, int lane) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < OMT; ++mt) {
       const float a_lo = sAlpha[mt * 16 + (lane >> 2)];
       const float a_hi = sAlpha[mt * 16 + (lane >> 2) + 8];
 #pragma unroll
@@ -180,15 +211,15 @@ struct MathBf16 {
     const uint32_t v_addr = smem_u32(sV + ((lane & 7) + ((lane >> 3) & 1) * 8) * PITCH + warp * 64 + (lane >> 4) * 8);
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
-      uint32_t a[4][4];
+      uint32_t a[OMT][4];
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) ldsm_x4(a[mt], p_addr + (mt * 16 * PP + ks * 16) * 2);
+      for (int mt = 0; mt < OMT; ++mt) ldsm_x4(a[mt], p_addr + (mt * 16 * PP + ks * 16) * 2);
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t bv[4];
         ldsm_x4_t(bv, v_addr + (ks * 16 * PITCH + np * 16) * 2);
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
+        for (int mt = 0; mt < OMT; ++mt) {
           mma_bf16(acc.o[mt][2 * np], a[mt], bv[0], bv[1]);
           mma_bf16(acc.o[mt][2 * np + 1], a[mt], bv[2], bv[3]);
         }
@@ -200,7 +231,7 @@ struct MathBf16 {
   static __device__ __forceinline__ void store(const Acc& acc, const float* sL, long long rows_here, bool split,
                                                uint16_t* out_rows, float* part_rows, int warp, int lane) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt)
+    for (int mt = 0; mt < OMT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 16 + (lane >> 2) + half * 8;
@@ -221,34 +252,41 @@ struct MathBf16 {
 };
 
 // ------------------------------------------------------------------------------------------------ fp32 math
+// M rows x BN keys: 32 x 32 (the tuned tile) or 16 x 16 (the small one).
+template <int M_, int BN_>
 struct MathF32 {
   static constexpr int V = tv::kF32;
+  static constexpr int M = M_;
+  static constexpr int BN = BN_;
   static constexpr int PITCH = tv::row_pitch(V);
-  static constexpr int SP = tv::s_pitch(V);
-  static constexpr int PP = tv::p_pitch(V);
-  static constexpr int M = tv::m_tile(V);
-  static_assert(M == 32 && tv::kBlockN == 32 && tv::kThreads == 256, "the thread layout below assumes these");
+  static constexpr int SP = tv::s_pitch(V, BN);
+  static constexpr int PP = tv::p_pitch(V, BN);
+  static constexpr int TSH = M == 32 ? 3 : 4;  // log2 of the scoring threads per row (8 or 16)
+  static constexpr int KS = BN >> TSH;         // keys per scoring thread (4 or 1)
+  static constexpr int RPT = M / 2;            // P·V rows per thread (16 or 8)
+  static_assert(((M == 32 && BN == 32) || (M == 16 && BN == 16)) && tv::kThreads == 256, "the thread layout below");
 
   struct Acc {
-    float o[16][4];  // rows 16·(tid / 128) .. +16, columns 4·(tid % 128) .. +4
+    float o[RPT][4];  // rows RPT·(tid / 128) .. +RPT, columns 4·(tid % 128) .. +4
   };
 
   static __device__ __forceinline__ void zero(Acc& a) {
 #pragma unroll
-    for (int r = 0; r < 16; ++r)
+    for (int r = 0; r < RPT; ++r)
 #pragma unroll
       for (int c = 0; c < 4; ++c) a.o[r][c] = 0.f;
   }
 
-  // Thread t: row t / 8, keys t % 8 + 8e (e = 0..3): four 576-term dot products in fp32. Each is summed in
-  // 8 interleaved partial sums (dims ≡ c mod 8, 72 FMAs each) added pairwise at the end: a single running
-  // sum of 576 terms carries about 3x the rounding error, which q x 8 inputs push close to TV.2.1's atol.
+  // Thread t: row t / 8, keys t % 8 + 8e (e = 0..3) (small tile: row t / 16, key t % 16): 576-term dot
+  // products in fp32. Each is summed in 8 interleaved partial sums (dims ≡ c mod 8, 72 FMAs each) added
+  // pairwise at the end: a single running sum of 576 terms carries about 3x the rounding error, which q x 8
+  // inputs push close to TV.2.1's atol.
   static __device__ __forceinline__ void scores(const float* sQ, const float* sK, float* sS, int warp, int lane) {
-    const int tid = warp * 32 + lane, row = tid >> 3, kq = tid & 7;
+    const int tid = warp * 32 + lane, row = tid >> TSH, kq = tid & ((1 << TSH) - 1);
     const float* qr = sQ + row * PITCH;
-    float acc[4][8];
+    float acc[KS][8];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
+    for (int e = 0; e < KS; ++e)
 #pragma unroll
       for (int c = 0; c < 8; ++c) acc[e][c] = 0.f;
 #pragma unroll 2
@@ -256,9 +294,9 @@ struct MathF32 {
       const float4 a0 = *reinterpret_cast<const float4*>(qr + d);
       const float4 a1 = *reinterpret_cast<const float4*>(qr + d + 4);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float4 k0 = *reinterpret_cast<const float4*>(sK + (kq + 8 * e) * PITCH + d);
-        const float4 k1 = *reinterpret_cast<const float4*>(sK + (kq + 8 * e) * PITCH + d + 4);
+      for (int e = 0; e < KS; ++e) {
+        const float4 k0 = *reinterpret_cast<const float4*>(sK + (kq + (e << TSH)) * PITCH + d);
+        const float4 k1 = *reinterpret_cast<const float4*>(sK + (kq + (e << TSH)) * PITCH + d + 4);
         acc[e][0] = __fmaf_rn(a0.x, k0.x, acc[e][0]);
         acc[e][1] = __fmaf_rn(a0.y, k0.y, acc[e][1]);
         acc[e][2] = __fmaf_rn(a0.z, k0.z, acc[e][2]);
@@ -270,33 +308,36 @@ struct MathF32 {
       }
     }
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      sS[row * SP + kq + 8 * e] = ((acc[e][0] + acc[e][1]) + (acc[e][2] + acc[e][3])) +
-                                  ((acc[e][4] + acc[e][5]) + (acc[e][6] + acc[e][7]));
+    for (int e = 0; e < KS; ++e)
+      sS[row * SP + kq + (e << TSH)] = ((acc[e][0] + acc[e][1]) + (acc[e][2] + acc[e][3])) +
+                                       ((acc[e][4] + acc[e][5]) + (acc[e][6] + acc[e][7]));
   }
 
   template <int KPT>
   static __device__ __forceinline__ void store_p(float* dst, const float (&p)[KPT]) {
-    static_assert(KPT == 4, "one 16-byte store per thread");
-    *reinterpret_cast<float4*>(dst) = make_float4(p[0], p[1], p[2], p[3]);
+    static_assert(KPT == 4 || KPT == 1, "one 16-byte (32 x 32 tile) or 4-byte (16 x 16) store per thread");
+    if constexpr (KPT == 4)
+      *reinterpret_cast<float4*>(dst) = make_float4(p[0], p[1], p[2], p[3]);
+    else
+      *dst = p[0];
   }
 
   static __device__ __forceinline__ void pv(Acc& acc, const float* sAlpha, const float* sP, const float* sV, int warp,
                                             int lane) {
-    const int tid = warp * 32 + lane, r0 = (tid >> 7) * 16, c0 = (tid & 127) * 4;
+    const int tid = warp * 32 + lane, r0 = (tid >> 7) * RPT, c0 = (tid & 127) * 4;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
+    for (int r = 0; r < RPT; ++r) {
       const float a = sAlpha[r0 + r];
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc.o[r][c] *= a;
     }
 #pragma unroll 2
-    for (int k4 = 0; k4 < tv::kBlockN; k4 += 4) {
+    for (int k4 = 0; k4 < BN; k4 += 4) {
       float4 v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) v[e] = *reinterpret_cast<const float4*>(sV + (k4 + e) * PITCH + c0);
 #pragma unroll
-      for (int r = 0; r < 16; ++r) {
+      for (int r = 0; r < RPT; ++r) {
         const float4 p = *reinterpret_cast<const float4*>(sP + (r0 + r) * PP + k4);
         const float pe[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
@@ -312,9 +353,9 @@ struct MathF32 {
 
   static __device__ __forceinline__ void store(const Acc& acc, const float* sL, long long rows_here, bool split,
                                                float* out_rows, float* part_rows, int warp, int lane) {
-    const int tid = warp * 32 + lane, r0 = (tid >> 7) * 16, c0 = (tid & 127) * 4;
+    const int tid = warp * 32 + lane, r0 = (tid >> 7) * RPT, c0 = (tid & 127) * 4;
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
+    for (int r = 0; r < RPT; ++r) {
       if (r0 + r >= rows_here) continue;
       const float l = sL[r0 + r], inv = l > 0.f ? 1.f / l : 0.f;
       const float4 x = make_float4(acc.o[r][0] * inv, acc.o[r][1] * inv, acc.o[r][2] * inv, acc.o[r][3] * inv);
@@ -325,27 +366,33 @@ struct MathF32 {
 };
 
 // ------------------------------------------------------------------------------------------------ the CTA
-template <class Math, typename T>
+// Math: the tile's rows and keys (MathBf16 / MathF32); STAGES, PREFETCH: the tile's KV stages and prefetch
+// (tree_verify.cuh's Tile).
+template <class Math, typename T, int STAGES, int PREFETCH>
 __device__ __forceinline__ void tree_verify_cta(
     const T* __restrict__ q, const T* __restrict__ kv, const int* __restrict__ block_table,
     const int* __restrict__ prefix_lens, const uint32_t* __restrict__ visibility, float scale, int Q, int H,
     int page_size, int max_pages, const long long* __restrict__ split_chunk, const long long* __restrict__ split_off,
     T* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse) {
-  constexpr int V = Math::V;
-  constexpr int M = tv::m_tile(V), PITCH = tv::row_pitch(V), SP = tv::s_pitch(V), PP = tv::p_pitch(V);
-  constexpr int NPART = tv::s_parts(V), STAGES = tv::kv_stages(V), BN = tv::kBlockN;
+  constexpr int V = Math::V, M = Math::M, BN = Math::BN;
+  constexpr tv::Tile TILE{M, BN, STAGES, PREFETCH};
+  constexpr int PITCH = tv::row_pitch(V), SP = tv::s_pitch(V, BN), PP = tv::p_pitch(V, BN);
+  constexpr int NPART = tv::s_parts(V);
   constexpr int EPC = 16 / sizeof(T);        // elements per 16-byte copy
   constexpr int CH = tv::kHeadDim / EPC;     // 16-byte copies per cache row
   constexpr int TPR = tv::kThreads / M;      // softmax threads per row
   constexpr int KPT = BN / TPR;              // keys per softmax thread
+  constexpr int PF = PREFETCH ? BN * CH / tv::kThreads : 0;  // prefetched 16-byte pieces per thread
   static_assert(tv::kThreads % M == 0 && BN % TPR == 0, "softmax layout");
+  static_assert(STAGES == 2 ? !PREFETCH : STAGES == 1, "two cp.async stages, or one (filled after P·V)");
+  static_assert(!PREFETCH || BN * CH % tv::kThreads == 0, "a KV block is whole pieces per thread");
 
   extern __shared__ __align__(16) unsigned char smem[];
-  T* sQ = reinterpret_cast<T*>(smem + tv::smem_q_offset(V));
-  T* sKV = reinterpret_cast<T*>(smem + tv::smem_kv_offset(V));
-  float* sS = reinterpret_cast<float*>(smem + tv::smem_s_offset(V));
-  T* sP = reinterpret_cast<T*>(smem + tv::smem_p_offset(V));
-  float* sAlpha = reinterpret_cast<float*>(smem + tv::smem_stats_offset(V));
+  T* sQ = reinterpret_cast<T*>(smem + tv::smem_q_offset(V, TILE));
+  T* sKV = reinterpret_cast<T*>(smem + tv::smem_kv_offset(V, TILE));
+  float* sS = reinterpret_cast<float*>(smem + tv::smem_s_offset(V, TILE));
+  T* sP = reinterpret_cast<T*>(smem + tv::smem_p_offset(V, TILE));
+  float* sAlpha = reinterpret_cast<float*>(smem + tv::smem_stats_offset(V, TILE));
   float* sL = sAlpha + M;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -395,6 +442,28 @@ __device__ __forceinline__ void tree_verify_cta(
       for (int c = lane; c < CH; c += 32) cp_async16(smem_u32(dst + r * PITCH + c * EPC), src + c * EPC, ok ? 16 : 0);
     }
   };
+  // With PREFETCH, KV block j goes through registers: piece i = tid + e·kThreads of the block is row i / CH,
+  // 16 bytes i % CH of it (coalesced); positions at or past kend are zeros, never read (as in load_kv).
+  uint4 pf[PF > 0 ? PF : 1];
+  auto prefetch_kv = [&](int j) {
+    const int k0 = kbeg + j * BN;
+#pragma unroll
+    for (int e = 0; e < PF; ++e) {
+      const int i = tid + e * tv::kThreads, p = k0 + i / CH;
+      pf[e] = make_uint4(0u, 0u, 0u, 0u);
+      if (p < kend) {
+        const T* row = kv + (static_cast<size_t>(bt[p / page_size]) * page_size + p % page_size) * tv::kHeadDim;
+        pf[e] = __ldg(reinterpret_cast<const uint4*>(row) + i % CH);
+      }
+    }
+  };
+  auto store_kv = [&]() {  // the prefetched block into the single stage
+#pragma unroll
+    for (int e = 0; e < PF; ++e) {
+      const int i = tid + e * tv::kThreads;
+      *reinterpret_cast<uint4*>(sKV + (i / CH) * PITCH + (i % CH) * EPC) = pf[e];
+    }
+  };
   if (nblk > 0) load_kv(0, 0);
   cp_async_commit();
 
@@ -414,23 +483,34 @@ __device__ __forceinline__ void tree_verify_cta(
     __syncthreads();  // block j landed; every warp is done with block j - 1 (its stage, sS, sP, sAlpha)
     if (STAGES == 2 && j + 1 < nblk) load_kv(j + 1, (j + 1) & 1);
     cp_async_commit();
+    if constexpr (PREFETCH != 0)
+      if (j + 1 < nblk) prefetch_kv(j + 1);  // in flight during S, softmax and P·V of block j
 
     Math::scores(sQ, sK, sS, warp, lane);
     __syncthreads();
 
-    {  // softmax step for keys kbeg + 32j + KPT·ssub .. + KPT of row srow
+    {  // softmax step for keys kbeg + BN·j + KPT·ssub .. + KPT of row srow
       const int k0 = kbeg + j * BN + ssub * KPT;
       float x[KPT];
 #pragma unroll
-      for (int part = 0; part < NPART; ++part)  // the partial sums in slice order 0, 1, 2, 3
+      for (int part = 0; part < NPART; ++part) {  // the partial sums in slice order 0, 1, 2, 3
+        if constexpr (KPT % 4 == 0) {
 #pragma unroll
-        for (int e = 0; e < KPT; e += 4) {
-          const float4 d = *reinterpret_cast<const float4*>(sS + part * M * SP + srow * SP + ssub * KPT + e);
-          x[e] = part ? x[e] + d.x : d.x;
-          x[e + 1] = part ? x[e + 1] + d.y : d.y;
-          x[e + 2] = part ? x[e + 2] + d.z : d.z;
-          x[e + 3] = part ? x[e + 3] + d.w : d.w;
+          for (int e = 0; e < KPT; e += 4) {
+            const float4 d = *reinterpret_cast<const float4*>(sS + part * M * SP + srow * SP + ssub * KPT + e);
+            x[e] = part ? x[e] + d.x : d.x;
+            x[e + 1] = part ? x[e + 1] + d.y : d.y;
+            x[e + 2] = part ? x[e + 2] + d.z : d.z;
+            x[e + 3] = part ? x[e + 3] + d.w : d.w;
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < KPT; ++e) {
+            const float d = sS[part * M * SP + srow * SP + ssub * KPT + e];
+            x[e] = part ? x[e] + d : d;
+          }
         }
+      }
       float mx = neg_inf();
 #pragma unroll
       for (int e = 0; e < KPT; ++e) {
@@ -463,8 +543,12 @@ __device__ __forceinline__ void tree_verify_cta(
     Math::pv(acc, sAlpha, sP, sK, warp, lane);
     if (STAGES == 1 && j + 1 < nblk) {
       __syncthreads();  // every warp is done reading the single stage
-      load_kv(j + 1, 0);
-      cp_async_commit();
+      if constexpr (PREFETCH != 0) {
+        store_kv();  // visible to every warp after the barrier at the top of the loop
+      } else {
+        load_kv(j + 1, 0);
+        cp_async_commit();
+      }
     }
   }
   cp_async_wait_all();  // nothing may be in flight at exit (nblk = 0 still loaded q)
@@ -560,11 +644,11 @@ __device__ __forceinline__ void tree_verify_combine(const float* __restrict__ pa
       out, lse, part_o, part_lse
 
 extern "C" __global__ void __launch_bounds__(tv::kThreads, 1) tree_verify_bf16_kernel(TV_ATTENTION_ARGS(uint16_t)) {
-  tree_verify_cta<MathBf16, uint16_t>(TV_ATTENTION_PASS);
+  tree_verify_cta<MathBf16<kTileBf16.m>, uint16_t, kTileBf16.stages, kTileBf16.prefetch>(TV_ATTENTION_PASS);
 }
 
 extern "C" __global__ void __launch_bounds__(tv::kThreads, 1) tree_verify_f32_kernel(TV_ATTENTION_ARGS(float)) {
-  tree_verify_cta<MathF32, float>(TV_ATTENTION_PASS);
+  tree_verify_cta<MathF32<kTileF32.m, kTileF32.bn>, float, kTileF32.stages, kTileF32.prefetch>(TV_ATTENTION_PASS);
 }
 
 #define TV_COMBINE_ARGS(T)                                                                                  \
@@ -584,11 +668,11 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
 
 // The geometry functions evaluated on the device, for the test that the host library (kernels_cu/geometry.py)
 // and NVRTC read the header alike: per argument set (n_keys, rows, variant, chunk), tv::kGeometryFields values
-// at a stride of tv::kGeometryStride.
+// at a stride of tv::kGeometryStride, for this build's budget.
 extern "C" __global__ void tree_verify_geometry_kernel(const long long* __restrict__ args, int n,
                                                        long long* __restrict__ values) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   tv::geometry_fields(args[4 * i], args[4 * i + 1], static_cast<int>(args[4 * i + 2]), args[4 * i + 3],
-                      values + static_cast<size_t>(tv::kGeometryStride) * i);
+                      values + static_cast<size_t>(tv::kGeometryStride) * i, kBudget);
 }

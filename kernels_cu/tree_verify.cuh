@@ -62,28 +62,67 @@ TV_HD constexpr int row_pitch(int v) { return kHeadDim + 16 / elem_bytes(v); }
 // S is computed in n_parts slices of the 576 dims (bf16: 4 warps per row half, 144 dims each) and the
 // partial sums are added in a fixed order by the softmax step.
 TV_HD constexpr int s_parts(int v) { return v == kBf16 ? 4 : 1; }
-TV_HD constexpr int s_pitch(int v) { return kBlockN + (v == kBf16 ? 8 : 4); }  // floats; bank spread
-TV_HD constexpr int p_pitch(int v) { return kBlockN + 16 / elem_bytes(v); }    // elements of P
+TV_HD constexpr int s_pitch(int v, int bn) { return bn + (v == kBf16 ? 8 : 4); }  // floats; bank spread
+TV_HD constexpr int p_pitch(int v, int bn) { return bn + 16 / elem_bytes(v); }    // elements of P
 
-// Shared-memory layout in bytes (every offset is a multiple of 16: cp.async and ldmatrix need it).
-TV_HD constexpr int smem_q_offset(int) { return 0; }
-TV_HD constexpr int smem_kv_offset(int v) { return m_tile(v) * row_pitch(v) * elem_bytes(v); }
-TV_HD constexpr int smem_kv_stage_bytes(int v) { return kBlockN * row_pitch(v) * elem_bytes(v); }
-TV_HD constexpr int smem_s_offset(int v) { return smem_kv_offset(v) + kv_stages(v) * smem_kv_stage_bytes(v); }
-TV_HD constexpr int smem_p_offset(int v) { return smem_s_offset(v) + s_parts(v) * m_tile(v) * s_pitch(v) * 4; }
-TV_HD constexpr int smem_stats_offset(int v) { return smem_p_offset(v) + m_tile(v) * p_pitch(v) * elem_bytes(v); }
+// The portable kernel's tile, chosen from the shared-memory budget of the build: the spec's KDTR_SMEM_BUDGET or
+// the target arch's per-block opt-in limit (arch_limits.cuh's kdtr_smem_budget; the kernels evaluate it for
+// __CUDA_ARCH__, the hosts for the GPU's arch). Where the tuned tile fits (the H200's 227 KB) it is the one;
+// elsewhere (sm_120, sm_86, sm_89: 99 KB) the small tile, which fits 99 KB:
+//   tuned bf16: 64 rows x 32 keys, 2 KV stages filled by cp.async a block ahead    (196096 bytes)
+//   tuned fp32: 32 rows x 32 keys, 1 KV stage filled by cp.async after P·V         (157952 bytes)
+//   small bf16: 32 rows x 32 keys, 1 KV stage, the next block prefetched into       (98048 bytes)
+//               registers (nine 16-byte pieces per thread) during S, softmax and P·V, stored after P·V
+//   small fp32: 16 rows x 16 keys, 1 KV stage, prefetched likewise                 (76928 bytes)
+// The q tile is the largest part (64 x 584 bf16 = 73 KB), so the small tiles halve the rows and keep one KV
+// stage, hiding the copy behind a block's compute from registers instead of from a second stage.
+struct Tile {
+  int m;         // (query, head) rows per CTA
+  int bn;        // keys per KV block (one pass of S, softmax, P·V)
+  int stages;    // KV stages in shared memory
+  int prefetch;  // 1: the next KV block is loaded into registers while this one is used (stages == 1)
+};
+constexpr long long kUnbounded = 1LL << 40;  // a budget every tile fits: the tuned tile
+TV_HD constexpr Tile tuned_tile(int v) { return Tile{m_tile(v), kBlockN, kv_stages(v), 0}; }
+TV_HD constexpr Tile small_tile(int v) { return v == kF32 ? Tile{16, 16, 1, 1} : Tile{32, 32, 1, 1}; }
+
+// Shared-memory layout of a tile in bytes (every offset is a multiple of 16: cp.async and ldmatrix need it).
+TV_HD constexpr int smem_q_offset(int, Tile) { return 0; }
+TV_HD constexpr int smem_kv_offset(int v, Tile t) { return t.m * row_pitch(v) * elem_bytes(v); }
+TV_HD constexpr int smem_kv_stage_bytes(int v, Tile t) { return t.bn * row_pitch(v) * elem_bytes(v); }
+TV_HD constexpr int smem_s_offset(int v, Tile t) {
+  return smem_kv_offset(v, t) + t.stages * smem_kv_stage_bytes(v, t);
+}
+TV_HD constexpr int smem_p_offset(int v, Tile t) {
+  return smem_s_offset(v, t) + s_parts(v) * t.m * s_pitch(v, t.bn) * 4;
+}
+TV_HD constexpr int smem_stats_offset(int v, Tile t) {
+  return smem_p_offset(v, t) + t.m * p_pitch(v, t.bn) * elem_bytes(v);
+}
+// portable: alpha (the per-block rescale), then the final l of every row
+TV_HD constexpr int tile_smem_bytes(int v, Tile t) { return smem_stats_offset(v, t) + 2 * t.m * 4; }
+TV_HD constexpr Tile tile(int v, long long budget) {
+  return tile_smem_bytes(v, tuned_tile(v)) <= budget ? tuned_tile(v) : small_tile(v);
+}
+static_assert(tile_smem_bytes(kBf16, small_tile(kBf16)) <= 99 * 1024, "the small bf16 tile fits a 99 KB block");
+static_assert(tile_smem_bytes(kF32, small_tile(kF32)) <= 99 * 1024, "the small fp32 tile fits a 99 KB block");
+// Rows per CTA and keys per block of a variant (sm90a's are its own, whatever the budget).
+TV_HD constexpr int rows_per_cta(int v, long long budget) { return v == kSm90a ? m_tile(v) : tile(v, budget).m; }
+TV_HD constexpr int keys_per_block(int v, long long budget) { return v == kSm90a ? block_n(v) : tile(v, budget).bn; }
+
 // sm90a (offsets from the dynamic shared-memory base rounded up to 1024 bytes, the swizzle atom, hence the
 // slack): the q tile, the two KV buffers, the row statistics the warpgroups exchange (running max and rescale
 // factor of each warpgroup, and the two partial sums l: 6 x 64 floats), then the mbarriers: one per slab of
-// each buffer (2 x 9), and the five of the warpgroups' hand-overs. The P tile a warpgroup hands to the other (64 x 64 bf16, one slab) is written over its
-// block's slab 8 (the rope columns, needed only by S, which is done by then).
+// each buffer (2 x 9), and the five of the warpgroups' hand-overs. The P tile a warpgroup hands to the other
+// (64 x 64 bf16, one slab) is written over its block's slab 8 (the rope columns, needed only by S, which is
+// done by then).
 TV_HD constexpr int sm90a_kv_offset() { return kSm90aTileBytes; }
 TV_HD constexpr int sm90a_stats_offset() { return sm90a_kv_offset() + kSm90aStages * kSm90aTileBytes; }
 TV_HD constexpr int sm90a_bar_offset() { return sm90a_stats_offset() + 6 * 64 * 4; }
-TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + (kSm90aStages * 9 + 5) * 8 + 1024; }
-// portable: alpha (the per-block rescale), then the final l of every row
-TV_HD constexpr int smem_bytes(int v) {
-  return v == kSm90a ? sm90a_smem_bytes() : smem_stats_offset(v) + 2 * m_tile(v) * 4;
+TV_HD constexpr int sm90a_bar_bytes() { return ((kSm90aStages * 9 + 5) * 8 + 15) / 16 * 16; }  // 16-byte whole
+TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + sm90a_bar_bytes() + 1024; }
+TV_HD constexpr int smem_bytes(int v, long long budget = kUnbounded) {
+  return v == kSm90a ? sm90a_smem_bytes() : tile_smem_bytes(v, tile(v, budget));
 }
 
 // Which calls the sm90a kernel serves (an sm90a launcher hands the others to portable): bf16, and a page size
@@ -97,13 +136,16 @@ TV_HD constexpr long long ceil_div(long long a, long long b) { return (a + b - 1
 
 // Grid: x = row tile of the request's Q·H (query, head) rows (fastest, so the tiles that share a KV split
 // run together and share it through L2), y = split, z = request.
-TV_HD constexpr long long row_tiles(long long rows, int v) { return ceil_div(rows, m_tile(v)); }
+TV_HD constexpr long long row_tiles(long long rows, int v, long long budget = kUnbounded) {
+  return ceil_div(rows, rows_per_cta(v, budget));
+}
 
-TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, int v) {
-  const long long want = ceil_div(kTargetCtas, row_tiles(rows, v));  // splits wanted for this request
-  const long long most = n_keys / kMinChunk;                           // splits of at least kMinChunk keys
+TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, int v, long long budget = kUnbounded) {
+  const long long want = ceil_div(kTargetCtas, row_tiles(rows, v, budget));  // splits wanted for this request
+  const long long most = n_keys / kMinChunk;                                   // splits of at least kMinChunk keys
   const long long n = want < most ? want : (most > 1 ? most : 1);
-  return ceil_div(ceil_div(n_keys, n), block_n(v)) * block_n(v);  // whole key blocks
+  const long long bn = keys_per_block(v, budget);
+  return ceil_div(ceil_div(n_keys, n), bn) * bn;  // whole key blocks
 }
 
 // Split s of a request covers keys [s·chunk, min((s+1)·chunk, n_keys)).
@@ -112,29 +154,33 @@ TV_HD constexpr long long n_splits(long long n_keys, long long chunk) { return c
 TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows, kCombineRows); }
 
 // Everything a launcher needs for one request, in one call: the values below, in this order, with these
-// names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule.
+// names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule; budget is
+// the build's shared-memory budget (kdtr_smem_budget), which picks the portable tile.
 #define TV_GEOMETRY_FIELDS                                                                                   \
   "variant_bf16 variant_f32 threads block_n combine_threads combine_rows m_tile kv_stages smem_bytes "       \
-  "row_tiles split_chunk n_splits combine_blocks variant_sm90a"
-constexpr int kGeometryFields = 14;
+  "row_tiles split_chunk n_splits combine_blocks variant_sm90a prefetch"
+constexpr int kGeometryFields = 15;
 constexpr int kGeometryStride = 16;  // values per argument set in the device query kernel's output
 
-TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long long chunk, long long* out) {
-  const long long c = chunk > 0 ? chunk : default_split_chunk(n_keys, rows, v);
+TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long long chunk, long long* out,
+                                  long long budget = kUnbounded) {
+  const long long c = chunk > 0 ? chunk : default_split_chunk(n_keys, rows, v, budget);
+  const Tile t = tile(v, budget);
   out[0] = kBf16;
   out[1] = kF32;
   out[2] = threads(v);
-  out[3] = block_n(v);
+  out[3] = keys_per_block(v, budget);
   out[4] = kCombineThreads;
   out[5] = kCombineRows;
-  out[6] = m_tile(v);
-  out[7] = kv_stages(v);
-  out[8] = smem_bytes(v);
-  out[9] = row_tiles(rows, v);
+  out[6] = rows_per_cta(v, budget);
+  out[7] = v == kSm90a ? kv_stages(v) : t.stages;
+  out[8] = smem_bytes(v, budget);
+  out[9] = row_tiles(rows, v, budget);
   out[10] = c;
   out[11] = n_splits(n_keys, c);
   out[12] = combine_blocks(rows);
   out[13] = kSm90a;
+  out[14] = v == kSm90a ? 0 : t.prefetch;
 }
 
 }  // namespace tv

@@ -21,7 +21,7 @@ import numpy as np
 from contract import BF16, TREE_VERIFY, InputError, Verified, limits
 from contract.checks import integer
 
-from . import geometry, specs
+from . import geometry, runtime, specs
 from .arrays import Prepared, Staging, call_args, check_aligned, launch_kernel, run, split_args
 from .specs import KernelSpec
 
@@ -79,22 +79,45 @@ def kv_tensor_map(kv_ptr: int, num_pages: int, page_size: int) -> np.ndarray:
     return np.array([int(x) for x in tmap.opaque], np.uint64)
 
 
+# tree_verify's geometry query kernel is launched with up to this many threads (meta/test_kernel_geometry.py).
+GEOMETRY_THREADS = 128
+
+
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, dynamic shared memory)} of every launch of `spec`'s entries by a build whose budget is
+    block_limit (geometry.smem_budget): the attention kernel of each dtype path (one tile for every shape), the
+    combine kernels, the geometry query."""
+    out = {spec.geometry: (GEOMETRY_THREADS, 0)}
+    for name, (attention, combine) in _ENTRIES.items():
+        g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(name), budget=block_limit)
+        if attention in spec.entries:
+            out[attention] = (g["threads"], g["smem_bytes"])
+        if combine in spec.entries:
+            out[combine] = (g["combine_threads"], 0)
+    return out
+
+
+def budget(spec: KernelSpec) -> int:
+    """The shared-memory budget `spec`'s kernels were built with for this GPU (it picks the portable tile)."""
+    return geometry.smem_budget(spec, runtime.build_arch(spec, runtime.gpu().arch))
+
+
 MAX_GRID_Y = 65535  # splits per request (grid y)
 # The partial outputs of split requests are fp32 [slots, Q·H, 512]: bounded so that a tiny forced chunk
 # on a long prefix is refused rather than asked of the device allocator.
 MAX_PARTIAL_BYTES = 8 << 30
 
 
-def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None):
+def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None, *, budget: int):
     """(chunk per request, first partial slot per request, partial slots, splits of the longest request).
     A request with one split needs no slot (its slot entry is 0 and unused). dtype_name is the kernel:
-    'bf16', 'fp32' or 'sm90a'."""
+    'bf16', 'fp32' or 'sm90a'; budget the build's (budget(spec))."""
     var = geometry.tree_verify_variant(dtype_name)
     chunk = np.empty(len(prefix_lens), np.int64)
     first = np.zeros(len(prefix_lens), np.int64)
     slots = most = 0
     for b, p in enumerate(prefix_lens):
-        g = geometry.tree_verify(int(p) + Q, Q * H, var, split_chunk or 0)
+        g = geometry.tree_verify(int(p) + Q, Q * H, var, split_chunk or 0, budget=budget)
         chunk[b] = g["split_chunk"]
         n = g["n_splits"]
         most = max(most, n)
@@ -124,8 +147,9 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     _SERVED[(requested.name, spec.name, name, d["page_size"])] += 1
     if spec.variant == SM90A:
         name = SM90A
-    geo = geometry.tree_verify(1, Q * H, geometry.tree_verify_variant(name))
-    chunk, first, slots, most = split_plan(a["prefix_lens"], Q, H, name, split_chunk)
+    smem_budget = budget(spec)
+    geo = geometry.tree_verify(1, Q * H, geometry.tree_verify_variant(name), budget=smem_budget)
+    chunk, first, slots, most = split_plan(a["prefix_lens"], Q, H, name, split_chunk, budget=smem_budget)
     if most > MAX_GRID_Y:
         raise InputError(f"split_chunk: {split_chunk} keys per split gives {most} splits, more than {MAX_GRID_Y}")
     QH = Q * H

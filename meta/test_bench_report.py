@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from harness.bench import report, synthetic
+from harness.bench import report, sm120, synthetic
+from kernels_cu import specs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytest.importorskip("matplotlib", reason="the report's plots need matplotlib (pip install -e '.[report]')")
@@ -32,6 +33,7 @@ def test_report_from_a_synthetic_gpu_run(tmp_path):
     for needle in ("# Benchmarks", "| device | NVIDIA H200 (sm_90) |", "| driver | 580.159.04", "| NVRTC | 13.0 |",
                    "tools/bench_report.py", "## Ceilings", "## tree_build", "## tree_accept", "## tree_verify",
                    "## End-to-end analysis (MODELLED)", "### Kimi-K2", "### DeepSeek-V3", "× vs python_heapq",
+                   "## tree_verify on an RTX PRO 6000 Blackwell, sm_120 (MODELLED)",
                    "C++ builder not built", "OOM"):  # fmt: skip
         assert needle in md, needle
     pngs = {p.name for p in plots.glob("*.png")}
@@ -69,3 +71,19 @@ def test_load_skips_foreign_benchmarks(tmp_path):
     f.write_text(json.dumps(data))
     run = report.load([f])
     assert all(c["schema"] for c in run["cases"]) and len(run["cases"]) == len(data["benchmarks"]) - 1
+
+
+def test_sm120_model_and_its_twins():
+    """The modelled sm_120 line: the tensor-peak ratio, floored by one pass over the bytes at sm_120's bandwidth;
+    its inputs are the builds at sm_120's budget, which the H200's plots and end-to-end model leave out."""
+    ratio = sm120.H200_BF16_TFLOPS / sm120.RTX_PRO_6000_BF16_TFLOPS
+    assert sm120.model_us(100.0, 1000) == (100.0 * ratio, "tensor")
+    assert sm120.model_us(1.0, 1792 * 10**6) == (1000.0, "bandwidth")  # 1.792 GB at 1792 GB/s
+    twins = {s.variant for s in specs.SPECS if "KDTR_SMEM_BUDGET" in s.all_defines()}
+    assert sm120.VARIANT in twins and all(sm120.is_twin({"variant": v}) for v in twins)
+    assert not any(sm120.is_twin({"variant": s.variant}) for s in specs.SPECS if s.variant not in twins)
+    run = report.load([])
+    run["cases"] = [{"op": "tree_verify", "impl": "cuda", "variant": "portable_99k", "shape": {"H": 64, "Q": 2,
+                     "prefix": 8192, "bs": 1}, "time": {"median_us": 10.0}, "bytes": 0}]  # fmt: skip
+    (line,) = sm120.lines(run["cases"])
+    assert line.sm120_us == 10.0 * ratio and line.bound == "tensor"

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kernels_cu import geometry
+from kernels_cu import geometry, specs
 
 VARIANTS = ("bf16", "fp32", "sm90a")
 ARGS = [
@@ -29,18 +29,38 @@ def test_fields_come_from_the_header():
     assert geometry.tree_verify_variant("bf16") != geometry.tree_verify_variant("fp32")
 
 
+# the budgets of the portable kernel's builds: sm_90's 227 KB (the tuned tiles), sm_120's 99 KB (the small ones)
+BUDGETS = {a: geometry.smem_budget(specs.get("tree_verify", "portable"), a) for a in ("sm_90", "sm_120")}
+
+
+@pytest.mark.parametrize("arch", BUDGETS)
 @pytest.mark.parametrize("dtype_name", VARIANTS)
-def test_shared_memory_fits_hopper(dtype_name):
-    g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(dtype_name))
+def test_shared_memory_fits_the_arch(dtype_name, arch):
+    g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(dtype_name), budget=BUDGETS[arch])
     assert g["smem_bytes"] % 16 == 0
-    assert g["smem_bytes"] <= 227 * 1024, "more shared memory than an sm_90 CTA can opt into"
+    if dtype_name != "sm90a":  # sm90a builds for sm_90a alone
+        assert g["smem_bytes"] <= geometry.arch_limits(arch)["smem_per_block_optin"], f"more than an {arch} block"
 
 
+def test_tiles_follow_the_budget():
+    """The tuned tiles where they fit (sm_90), the small ones where not (sm_120); sm90a's is its own."""
+    v = {k: geometry.tree_verify_variant(k) for k in VARIANTS}
+    tuned = {k: geometry.tree_verify(1, 1, v[k], budget=BUDGETS["sm_90"]) for k in VARIANTS}
+    small = {k: geometry.tree_verify(1, 1, v[k], budget=BUDGETS["sm_120"]) for k in VARIANTS}
+    assert (tuned["bf16"]["m_tile"], tuned["bf16"]["kv_stages"], tuned["bf16"]["prefetch"]) == (64, 2, 0)
+    assert (tuned["fp32"]["m_tile"], tuned["fp32"]["block_n"], tuned["fp32"]["prefetch"]) == (32, 32, 0)
+    assert (small["bf16"]["m_tile"], small["bf16"]["kv_stages"], small["bf16"]["prefetch"]) == (32, 1, 1)
+    assert (small["fp32"]["m_tile"], small["fp32"]["block_n"], small["fp32"]["prefetch"]) == (16, 16, 1)
+    assert tuned["sm90a"] == small["sm90a"]
+    assert tuned == {k: geometry.tree_verify(1, 1, v[k], budget=geometry.unbounded_budget()) for k in VARIANTS}
+
+
+@pytest.mark.parametrize("budget", BUDGETS.values(), ids=BUDGETS.keys())
 @pytest.mark.parametrize("n_keys,rows,v,chunk", ARGS[::7])
-def test_split_rule(n_keys, rows, v, chunk):
+def test_split_rule(n_keys, rows, v, chunk, budget):
     """Splits tile the request's keys exactly; default chunks are whole key blocks and never split a request
     into pieces under the minimum unless it is shorter than that."""
-    g = geometry.tree_verify(n_keys, rows, v, chunk)
+    g = geometry.tree_verify(n_keys, rows, v, chunk, budget=budget)
     c, n = g["split_chunk"], g["n_splits"]
     assert c >= 1 and n >= 1
     assert (n - 1) * c < n_keys <= n * c
@@ -53,13 +73,17 @@ def test_split_rule(n_keys, rows, v, chunk):
 
 
 @pytest.mark.gpu
-def test_host_library_matches_device_query_kernel():
+@pytest.mark.parametrize("variant", [s.variant for s in specs.for_op("tree_verify") if s.source == "tree_verify.cu"])
+def test_host_library_matches_device_query_kernel(variant):
+    """The query kernel of each build of tree_verify.cu on this GPU (its own budget) and the host library."""
     from cuda.core import LaunchConfig, launch
 
-    from kernels_cu import runtime, specs
+    from kernels_cu import runtime, tree_verify_ops
     from kernels_cu.arrays import Staging
 
-    spec = specs.get("tree_verify", "portable")
+    spec = specs.get("tree_verify", variant)
+    if not spec.runs_on(runtime.gpu().arch):
+        pytest.skip(f"{spec.name} is not built for {runtime.gpu().arch}")
     args = np.array(ARGS, np.int64)
     st = Staging(None, None)
     try:
@@ -73,5 +97,5 @@ def test_host_library_matches_device_query_kernel():
         st.close()
     names = geometry.tree_verify_fields()
     for row, got in zip(ARGS, dev):
-        want = geometry.tree_verify(*row)
+        want = geometry.tree_verify(*row, budget=tree_verify_ops.budget(spec))
         assert dict(zip(names, got[: len(names)].tolist())) == want, row

@@ -8,7 +8,8 @@ Shapes (bf16, page 64, a DDTree-shaped tree of Q nodes replicated over the batch
   B in {16, ..., 1024}, prefix 8k, bs 8, H in {64, 128}; FlexAttention on four shapes (stage verify_sweep).
 Useful FLOPs = 2·H·Σ_q(prefix + visible tree rows)·(576 + 512); bytes = cache rows read once + q + out.
 Each grid and sweep shape times every kernel variant in the default selection (`portable`, and `sm90a` on an
-sm_90 once it is in the default selection: kernels_cu/specs.py);
+sm_90 once it is in the default selection: kernels_cu/specs.py), but `portable_99k` (sm_120's tiles built for
+sm_90) the sweep and the quick grid only (the whole grid would not fit a stage's 10 minutes);
 the comparators run once per shape, beside `portable`.
 - peers (stage verify_peers): the kernel on chain-shaped trees beside FlashMLA and FlashInfer MLA (fa3, fa2),
   whose causal mask is a chain: H in {16, 64, 128} x Q in {1, 2, 4, 16, 64} x prefix in {8k, 32k} x bs in
@@ -66,6 +67,7 @@ def sweep_params():
 
 
 VARIANTS = tuple(s.variant for s in specs.for_op("tree_verify") if s.default)
+TWINS = targets.other_arch_budget("tree_verify")
 
 
 def _variant_runs_here(variant):
@@ -190,6 +192,8 @@ def run_case(
 @pytest.mark.parametrize("H,Q,P,bs", grid_params())
 def test_tree_verify(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, variant):
     _variant_runs_here(variant)
+    if variant in TWINS and not _quick(H, Q, P, bs):
+        pytest.skip(f"{variant} is timed on the quick grid and the sweep")
     benchmark.group = f"tree_verify H={H} Q={Q}"
     comparators = (*vb.COMPARATORS, *peers.CASCADES) if variant == "portable" else ()
     run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, comparators, variant=variant)

@@ -70,7 +70,7 @@ stage_sanitizer() {
         conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
         conformance/test_extremes.py conformance/test_kernels_build.py --impl cuda --require-gpu -p no:xdist -q \
         -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
-    for v in portable sm90a; do
+    for v in portable sm90a portable_99k; do  # portable_99k: sm_120's tiles, built for sm_90
       run "sanitizer_${tool}_tree_verify_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
           --error-exitcode 99 --print-limit 20 "$PY" tools/tree_verify_dev.py sanitize --variant "$v"
     done

@@ -202,7 +202,7 @@ def long_prefix_checks() -> int:
             eo = err_ratio(out[b].reshape(Q * H, 512).float().cpu().numpy(), o.cpu().numpy(), "TV.2.2")
             el = err_ratio(lse[b].reshape(Q * H).cpu().numpy(), l.cpu().numpy(), "TV.2.2")
             worst = max(worst, eo, el)
-        n = geometry.tree_verify(P + Q, Q * H, 0, chunk or 0)["n_splits"]
+        n = geometry.tree_verify(P + Q, Q * H, 0, chunk or 0, budget=tree_verify_ops.budget(SPEC))["n_splits"]
         print(f"long prefix bf16 bs={bs} Q={Q} H={H} P={P} splits={n}: worst {worst:.3f} x tol "
               f"{'ok' if worst <= 1 else 'FAIL'}")  # fmt: skip
         fails += worst > 1
@@ -422,7 +422,7 @@ def time_one(bs, Q, H, P, dt, chunk, *, copy, mm, spec=None):
         spec = spec or SPEC
         served = tree_verify_ops.served_by(spec, dt, 64).variant
         var = geometry.tree_verify_variant("sm90a" if served == "sm90a" else dt)
-        g = geometry.tree_verify(P + Q, Q * H, var, chunk or 0)
+        g = geometry.tree_verify(P + Q, Q * H, var, chunk or 0, budget=tree_verify_ops.budget(spec))
         kv_bytes = bs * (P + Q) * 576 * (2 if dt == "bf16" else 4)
         rot = max(1, min(4, math.ceil(200e6 / kv_bytes)))  # rotate inputs past the 60 MB L2
         preps, flop = [], 0.0

@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from . import sm120
+
 H200_COPY_GBS = 4300.0  # fallbacks when a run has no ceiling (notes: a copy kernel's rate on the H200)
 H200_BF16_TFLOPS = 790.0  # torch.matmul 8192³ bf16 on random data, H200
 
@@ -138,7 +140,9 @@ def nearest(values, want):
 
 
 def op_sources(cases: list[dict], model: Model, a: Assumptions) -> dict:
-    """Per op, a function bs -> (µs, source) or None, from the run's cases."""
+    """Per op, a function bs -> (µs, source) or None, from the run's cases (the H200's own variants: not the
+    builds at sm_120's budget)."""
+    cases = [c for c in cases if not sm120.is_twin(c)]
     B = a.budget
     builds = [c for c in cases if c.get("op") == "tree_build"]
     Bs = sorted({int(c["shape"]["B"]) for c in builds})

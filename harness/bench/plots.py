@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import pathlib
 
-from . import e2e
+from . import e2e, sm120
 
 DPI = 110
 
@@ -230,7 +230,8 @@ def draw(run: dict, out: pathlib.Path, *, ceilings: dict, assumptions) -> dict:
     plt = _plt()
     out.mkdir(parents=True, exist_ok=True)
     made = {}
-    made.update(tree_build(run["cases"], out, plt))
-    made.update(tree_verify(run["cases"], out, plt, ceilings.get("bf16_tflops"), ceilings.get("copy_gbs")))
-    made.update(e2e_share(run["cases"], out, plt, ceilings, assumptions))
+    cases = [c for c in run["cases"] if not sm120.is_twin(c)]  # the H200's own variants (sm_120's: a table)
+    made.update(tree_build(cases, out, plt))
+    made.update(tree_verify(cases, out, plt, ceilings.get("bf16_tflops"), ceilings.get("copy_gbs")))
+    made.update(e2e_share(cases, out, plt, ceilings, assumptions))
     return made

@@ -8,7 +8,7 @@ import collections
 import json
 import pathlib
 
-from . import e2e, record
+from . import e2e, record, sm120
 
 PACKAGES = ("torch", "cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-cublas", "numpy", "pytest-benchmark")
 
@@ -307,6 +307,35 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
     return lines
 
 
+def sm120_section(cases) -> list[str]:
+    """tree_verify's MODELLED sm_120 line beside the H200's measured times (harness/bench/sm120.py)."""
+    rows = sm120.lines(cases)
+    if not rows:
+        return []
+    key = lambda s: (s.get("sweep", ""), s["H"], s["Q"], s["prefix"], s["bs"])
+    h200 = {key(c["shape"]): c for c in cases if c["op"] == "tree_verify" and c.get("variant") == "portable"}
+    lines = [
+        "## tree_verify on an RTX PRO 6000 Blackwell, sm_120 (MODELLED)",
+        "",
+        f"An sm_120 GPU runs `portable` with its 99 KB tiles; `{sm120.VARIANT}` is that build for sm_90, which the "
+        "H200 ran through every conformance clause and timed here (measured). No sm_120 GPU ran: its column is a "
+        "model, from published peaks:",
+        "",
+        *[f"- {a}" for a in sm120.assumptions()],
+        "",
+        f"| set | H | Q | prefix | bs | H200 {sm120.VARIANT} µs | H200 portable µs | sm_120 µs (MODELLED) | "
+        "model bound by |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: key(r.shape)):
+        s, own = r.shape, h200.get(key(r.shape))
+        lines.append(
+            f"| {s.get('sweep', 'grid')} | {s['H']} | {s['Q']} | {s['prefix']} | {s['bs']} | {fmt(r.h200_us)} | "
+            f"{fmt(own['time']['median_us']) if own else '—'} | {fmt(r.sm120_us)} | {r.bound} |"
+        )
+    return [*lines, ""]
+
+
 def e2e_section(run: dict, plots: dict, assumptions: e2e.Assumptions) -> list[str]:
     ceil = best_ceilings(run)
     lines = [
@@ -394,6 +423,7 @@ def render(run: dict, *, command: str, plots: dict | None = None, assumptions: e
     lines += tree_build_section(run["cases"], plots)
     lines += tree_accept_section(run["cases"])
     lines += tree_verify_section(run["cases"], plots)
+    lines += sm120_section(run["cases"])
     lines += e2e_section(run, plots, assumptions)
     lines += [
         "## Method",

@@ -90,10 +90,15 @@ def run(*, seed: int = 0, noise: float = 0.0, slow_us: float = 0.0, verify: bool
             shape = {"H": H, "Q": Q, "prefix": P, "bs": bs, "dtype": "bf16", "page": 64}
             if sweep:
                 shape.update(sweep=sweep, B=Q - 1)
-            info = record.build(op="tree_verify", impl="cuda", shape=shape, time=_t(us * jitter()),
+            info = record.build(op="tree_verify", impl="cuda:portable", shape=shape, time=_t(us * jitter()),
                                 bytes_moved=nbytes, flops=flops, ceilings=CEILINGS, comparators=comps)  # fmt: skip
             tag = f"{sweep or 'grid'}-H{H}-Q{Q}-P{P}-bs{bs}"
             out.append(_bench(f"test_tree_verify[{tag}]", f"tree_verify H={H}", info))
+            if sweep or (P == 8192 and bs in (1, 32) and Q in (2, 64)):  # the 99 KB twin on the quick shapes
+                info = record.build(op="tree_verify", impl="cuda:portable_99k", shape=shape,
+                                    time=_t(1.3 * us * jitter()), bytes_moved=nbytes, flops=flops,
+                                    ceilings=CEILINGS)  # fmt: skip
+                out.append(_bench(f"test_tree_verify[{tag}-portable_99k]", f"tree_verify H={H}", info))
     return {
         "machine_info": {
             "gpu": {

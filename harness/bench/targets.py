@@ -14,6 +14,14 @@ def variants(op: str) -> list[str]:
     return [s.variant for s in specs.for_op(op)]
 
 
+def other_arch_budget(op: str) -> set[str]:
+    """The op's variants built with another arch's shared-memory budget (the *_99k twins: what an sm_120 GPU
+    runs, built for sm_90): the benchmarks time them on a subset beside the variants they mirror."""
+    from kernels_cu import specs
+
+    return {s.variant for s in specs.for_op(op) if "KDTR_SMEM_BUDGET" in s.all_defines()}
+
+
 def prepare(op: str, variant: str, *args, **kwargs):
     from kernels_cu import ops
 

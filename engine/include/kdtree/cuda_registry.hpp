@@ -37,6 +37,8 @@ struct Variant {
   const void* entry(const std::string& entry) const;
   // The value of define `name` (std::logic_error when the spec does not define it).
   std::string define(const std::string& name) const;
+  // The value of define `name`, or `fallback` when the spec does not define it.
+  std::string define_or(const std::string& name, const std::string& fallback) const;
   bool takes(const std::string& dtype) const;
 };
 

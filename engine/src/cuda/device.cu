@@ -32,7 +32,8 @@ const Gpu& gpu() {
     check(cudaGetDeviceProperties(&p, 0), "cudaGetDeviceProperties");
     int optin = 0;
     check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), "shared memory limit");
-    g.arch = "sm_" + std::to_string(p.major * 10 + p.minor);
+    g.cc = p.major * 10 + p.minor;
+    g.arch = "sm_" + std::to_string(g.cc);
     g.name = p.name;
     g.smem_optin = optin - 64;
     g.sm_count = p.multiProcessorCount;

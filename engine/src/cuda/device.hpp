@@ -19,8 +19,9 @@ void check(cudaError_t e, const char* what);
 struct Gpu {
   int device = 0;
   std::string arch;          // "sm_90"
+  int cc = 0;                // compute capability, major * 10 + minor (arch_limits.cuh's rows)
   std::string name;          // "NVIDIA H200"
-  long long smem_optin = 0;  // per-block dynamic shared memory limit (opt-in), less 64 bytes, as runtime.py
+  long long smem_optin = 0;  // per-block shared memory limit (opt-in), less 64 bytes (tree_build_ops.STATIC_ALLOWANCE)
   int sm_count = 0;          // SMs (a race build of tree_build launches by it)
 };
 

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "arch_limits.cuh"
 #include "kdtree/cli.hpp"
 #include "kdtree/contract.hpp"
 #include "tree_accept.cuh"
@@ -55,6 +56,16 @@ CUtensorMap kv_tensor_map(const void* kv, int64_t num_pages, int64_t page_size) 
   return map;
 }
 
+// A spec's own shared-memory budget (its KDTR_SMEM_BUDGET: the *_99k variants), 0 when it names none.
+long long spec_smem_budget(const Variant& v) { return std::stoll(v.define_or("KDTR_SMEM_BUDGET", "0")); }
+
+// tree_build's limit (as kernels_cu/tree_build_ops.py's smem_limit): the GPU's, or 64 bytes under the spec's
+// own budget where that is smaller.
+long long tree_build_limit(const Variant& v) {
+  const long long own = spec_smem_budget(v) - (spec_smem_budget(v) > 0 ? 64 : 0);
+  return own > 0 && own < gpu().smem_optin ? own : gpu().smem_optin;
+}
+
 }  // namespace
 
 void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
@@ -68,8 +79,9 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   // (tree_build.cuh)
   if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("KDTR_TB_RACE_MIN_B"))))
     return launch_tree_build(pick("tree_build", KDTR_TB_WIDE_BATCH_VARIANT), d);
-  const bool stage = tree_build_stages_lp(B, L, K, gpu().smem_optin, policy);
-  int select_cap = tree_build_select_cap(B, L, K, gpu().smem_optin, select_policy, stage, race);
+  const long long limit = tree_build_limit(v);
+  const bool stage = tree_build_stages_lp(B, L, K, limit, policy);
+  int select_cap = tree_build_select_cap(B, L, K, limit, select_policy, stage, race);
   const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap, race).total);
   int lp_in_smem = stage ? 1 : 0;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
@@ -103,13 +115,15 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
   const bool served = sm90a && tv::sm90a_serves(d.bf16, d.page_size);
   const Variant& v = served ? requested : portable;
   const int var = served ? tv::kSm90a : (d.bf16 ? tv::kBf16 : tv::kF32);
+  // the shared memory the variant's kernels were built for on this GPU's arch: it picks portable's tile
+  const long long budget = kdtr_smem_budget(spec_smem_budget(v), gpu().cc);
   const long long QH = d.Q * d.H;
   // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
   std::vector<long long> chunk(size_t(d.bs)), first(size_t(d.bs), 0);
   long long slots = 0, most = 0;
   for (int64_t b = 0; b < d.bs; ++b) {
     const long long n_keys = (long long)d.prefix_host[b] + d.Q;
-    chunk[size_t(b)] = tv::default_split_chunk(n_keys, QH, var);
+    chunk[size_t(b)] = tv::default_split_chunk(n_keys, QH, var, budget);
     const long long n = tv::n_splits(n_keys, chunk[size_t(b)]);
     most = n > most ? n : most;
     if (n > 1) {
@@ -139,8 +153,8 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
   void* args[] = {(void*)&d.q, (void*)&kv_arg, (void*)&d.block_table, (void*)&d.prefix_lens,
                   (void*)&d.visibility, &scale, &Q, &H, &page_size, &max_pages, (void*)&c, (void*)&f,
                   (void*)&d.out, (void*)&d.lse, (void*)&po, (void*)&pl};
-  launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var)), unsigned(most), unsigned(d.bs)), dim3(tv::threads(var)),
-         size_t(tv::smem_bytes(var)), args);
+  launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var, budget)), unsigned(most), unsigned(d.bs)),
+         dim3(tv::threads(var)), size_t(tv::smem_bytes(var, budget)), args);
   if (slots) {
     void* cargs[] = {(void*)&po, (void*)&pl, (void*)&c, (void*)&f, (void*)&d.prefix_lens, &Q, &H,
                      (void*)&d.out, (void*)&d.lse};

@@ -28,6 +28,12 @@ std::string Variant::define(const std::string& name) const {
   throw std::logic_error(this->name() + " does not define " + name);
 }
 
+std::string Variant::define_or(const std::string& name, const std::string& fallback) const {
+  for (int i = 0; i < n_defines; ++i)
+    if (name == defines[i].name) return defines[i].value;
+  return fallback;
+}
+
 bool Variant::takes(const std::string& dtype) const {
   if (!*dtypes) return true;
   const std::string list = std::string(" ") + dtypes + " ";
