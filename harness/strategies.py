@@ -280,17 +280,22 @@ def paged_cases(
     prefixes=(0, 1, 63, 64, 65, 300),
     page_sizes=(1, 16, 64),
 ):
-    # inside the declaration of the implementation under test (harness/claims.py; built-ins declare nothing)
-    claims.need_dtype("tree_verify", dtype)
-    bs = draw(st.sampled_from(claims.fit("tree_verify", "bs", range(1, max_bs + 1))), label="bs")
-    H = draw(st.sampled_from(claims.fit("tree_verify", "H", heads)), label="H")
-    page_size = draw(st.sampled_from(_page_sizes(page_sizes)), label="page_size")
-    sizes = claims.fit("tree_verify", "Q", range(1, max_nodes + 1), f"trees of 1..{max_nodes} nodes")
-    if claims.chains_only():  # one chain length for the whole batch (a causal kernel's s_q)
-        n = draw(st.sampled_from(sizes), label="n_nodes")
-        pars = [np.arange(-1, n - 1, dtype=np.int32)] * bs
-    else:
-        pars = [draw(parent_arrays(min(sizes), max(sizes))) for _ in range(bs)]
+    if claims.declared("tree_verify") is None:  # the built-ins (and any implementation declaring nothing)
+        bs = draw(st.integers(1, max_bs), label="bs")
+        H = draw(st.sampled_from(heads), label="H")
+        page_size = draw(st.sampled_from(page_sizes), label="page_size")
+        pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
+    else:  # inside the declaration of the implementation under test (harness/claims.py)
+        claims.need_dtype("tree_verify", dtype)
+        bs = draw(st.sampled_from(claims.fit("tree_verify", "bs", range(1, max_bs + 1))), label="bs")
+        H = draw(st.sampled_from(claims.fit("tree_verify", "H", heads)), label="H")
+        page_size = draw(st.sampled_from(_page_sizes(page_sizes)), label="page_size")
+        sizes = claims.fit("tree_verify", "Q", range(1, max_nodes + 1), f"trees of 1..{max_nodes} nodes")
+        if claims.chains_only():  # one chain length for the whole batch (a causal kernel's s_q)
+            n = draw(st.sampled_from(sizes), label="n_nodes")
+            pars = [np.arange(-1, n - 1, dtype=np.int32)] * bs
+        else:
+            pars = [draw(parent_arrays(min(sizes), max(sizes))) for _ in range(bs)]
     prefix = [draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     q_scale = draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
