@@ -89,6 +89,8 @@ class _Collector:
             return
         sentence = self.data["summary"]["not_checked"] if self.data else None
         lines = skip_summary.terminal_lines(self.skips, sentence)
+        if self.tests["not_claimed"]:
+            lines.append(f"not claimed (outside what an implementation declares): {self.tests['not_claimed']} tests")
         if lines:
             terminalreporter.section("skips", sep="-")
             for line in lines:
@@ -110,7 +112,7 @@ class _Collector:
             s = data["summary"]
             tr.write_line(
                 f"conformance report: {out / 'conformance.md'}  clauses pass={s['pass']} fail={s['fail']} "
-                f"skip={s['skip']} (rows: clause x impl x device)"
+                f"not-claimed={s['not claimed']} skip={s['skip']} (rows: clause x impl x device)"
             )
 
     def build(self) -> dict:

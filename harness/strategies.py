@@ -79,13 +79,19 @@ def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> n
 
 @st.composite
 def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None, max_prefix=70):
-    bs = draw(st.integers(1, max_bs), label="bs")
+    if claims.declared("tree_build") is None:
+        bs = draw(st.integers(1, max_bs), label="bs")
+    else:  # inside the declaration of the implementation under test (batch size here, budget below)
+        bs = draw(st.sampled_from(claims.fit("tree_build", "bs", range(1, max_bs + 1))), label="bs")
     L = draw(st.integers(0, max_L), label="L")
     K_in = draw(st.integers(0 if L == 0 else 1, max_K), label="K_in")
     if max_candidates is not None:
         while L > 1 and sum(K_in**d for d in range(1, L + 1)) > max_candidates:
             L -= 1
-    B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
+    if claims.declared("tree_build") is None:
+        B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
+    else:
+        B = draw(st.sampled_from(claims.fit("tree_build", "budget", range(0, max_B + 1))), label="B")
     style = draw(st.sampled_from(["bf16", "coarse", "continuous", "wide"]), label="style")
     inf_frac = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]), label="inf_frac")
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
@@ -200,7 +206,10 @@ def accept_case(parents, n_nodes, tokens, first_child, next_sibling, target, max
 def accept_cases(draw, max_bs=4, max_nodes=33, vocab=None):
     """Trees padded to one width D, tokens from a small vocabulary (duplicate siblings happen), and target
     tokens with planted matches so walks go deep."""
-    bs = draw(st.integers(1, max_bs), label="bs")
+    if claims.declared("tree_accept") is None:
+        bs = draw(st.integers(1, max_bs), label="bs")
+    else:  # inside the declaration of the implementation under test
+        bs = draw(st.sampled_from(claims.fit("tree_accept", "bs", range(1, max_bs + 1))), label="bs")
     pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
     D = max(len(p) for p in pars) + draw(st.integers(0, 3), label="pad")
     V = vocab or draw(st.sampled_from([3, 8, 1000]), label="vocab")
@@ -280,17 +289,22 @@ def paged_cases(
     prefixes=(0, 1, 63, 64, 65, 300),
     page_sizes=(1, 16, 64),
 ):
-    # inside the declaration of the implementation under test (harness/claims.py; built-ins declare nothing)
-    claims.need_dtype("tree_verify", dtype)
-    bs = draw(st.sampled_from(claims.fit("tree_verify", "bs", range(1, max_bs + 1))), label="bs")
-    H = draw(st.sampled_from(claims.fit("tree_verify", "H", heads)), label="H")
-    page_size = draw(st.sampled_from(_page_sizes(page_sizes)), label="page_size")
-    sizes = claims.fit("tree_verify", "Q", range(1, max_nodes + 1), f"trees of 1..{max_nodes} nodes")
-    if claims.chains_only():  # one chain length for the whole batch (a causal kernel's s_q)
-        n = draw(st.sampled_from(sizes), label="n_nodes")
-        pars = [np.arange(-1, n - 1, dtype=np.int32)] * bs
-    else:
-        pars = [draw(parent_arrays(min(sizes), max(sizes))) for _ in range(bs)]
+    if claims.declared("tree_verify") is None:  # the built-ins (and any implementation declaring nothing)
+        bs = draw(st.integers(1, max_bs), label="bs")
+        H = draw(st.sampled_from(heads), label="H")
+        page_size = draw(st.sampled_from(page_sizes), label="page_size")
+        pars = [draw(parent_arrays(1, max_nodes)) for _ in range(bs)]
+    else:  # inside the declaration of the implementation under test (harness/claims.py)
+        claims.need_dtype("tree_verify", dtype)
+        bs = draw(st.sampled_from(claims.fit("tree_verify", "bs", range(1, max_bs + 1))), label="bs")
+        H = draw(st.sampled_from(claims.fit("tree_verify", "H", heads)), label="H")
+        page_size = draw(st.sampled_from(_page_sizes(page_sizes)), label="page_size")
+        sizes = claims.fit("tree_verify", "Q", range(1, max_nodes + 1), f"trees of 1..{max_nodes} nodes")
+        if claims.chains_only():  # one chain length for the whole batch (a causal kernel's s_q)
+            n = draw(st.sampled_from(sizes), label="n_nodes")
+            pars = [np.arange(-1, n - 1, dtype=np.int32)] * bs
+        else:
+            pars = [draw(parent_arrays(min(sizes), max(sizes))) for _ in range(bs)]
     prefix = [draw(st.sampled_from(prefixes), label="prefix") for _ in range(bs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     q_scale = draw(st.sampled_from([1.0, 1.0, 8.0]), label="q_scale")
