@@ -6,25 +6,27 @@
 // fp32, 128 registers a thread) for the whole split. The split's 64-key blocks are taken in pairs: the even
 // block j0 lives in KV buffer 0 and its S = q·kᵀ is computed by warpgroup 0, the odd block j1 in buffer 1 and
 // its S by warpgroup 1, so S is computed once per block and one warpgroup's softmax runs while the other's
-// matrix products keep the tensor cores busy. One pair (m = running max, c0/c1 = rescale factors):
+// matrix products keep the tensor cores busy. One pair (m = running max, c0/c1 = rescale factors; every
+// hand-over is an mbarrier of the handing warpgroup's 128 threads):
 //
-//   warpgroup 0                                    warpgroup 1
-//   softmax of S(j0) against m: m0, c0, P0         .
-//   P0 -> sP0 (bf16), m0, c0 -> shared    --R0-->  wait; O1 *= c0; O1 += P0·V(j0)[256..511] (P0 from sP0)
-//   O0 *= c0; O0 += P0·V(j0)[0..255]               softmax of S(j1) against m0: m1, c1, P1
-//   refill buffer 0 slabs 0-3, 8 (block j0+2)      P1 -> sP1, m1, c1 -> shared  --R1-->
-//   wait; O0 *= c1; O0 += P1·V(j1)[0..255]  <--    (P0·V done) refill buffer 0 slabs 4-7  --P0 free-->
-//   S(j0+2), slabs 0-3 and 8 first                 O1 *= c1; O1 += P1·V(j1)[256..511]
-//   (P1·V done) refill buffer 1 slabs 0-3          refill buffer 1 slabs 4-8
-//   S(j0+2), slabs 4-7                             S(j1+2)
+//   warpgroup 0                                       warpgroup 1
+//   row maxima and softmax of S(j0) against m:        row maxima of S(j1)
+//     m0, c0, P0; P0 -> over j0's slab 8 (bf16),
+//     m0, c0 -> shared                       --R0-->  wait; O1 *= c0; O1 += P0·V(j0)[256..511] (P0 from shared)
+//   O0 *= c0; O0 += P0·V(j0)[0..255] (P0 in regs)     softmax of S(j1) against m0: m1, c1, P1;
+//   refill buffer 0's slabs 0-3 with block j0+2         P1 -> over j1's slab 8, m1, c1 -> shared  --R1-->
+//   wait; O0 *= c1; O0 += P1·V(j1)[0..255]    <--R1   (P0·V done) refill buffer 0's slabs 4-8   --P0 free-->
+//   S(j0+2), slabs 0-3                                O1 *= c1; O1 += P1·V(j1)[256..511] (P1 in regs)
+//   (P1·V done) refill buffer 1's slabs 0-3 and 8     (P1·V done) refill buffer 1's slabs 4-7
+//   S(j0+2), slabs 4-8                                S(j1+2), slabs 0-3, 8, 4-7
 //
 // Both halves of O use the same bf16 P of each block; l (the softmax denominator) is summed by the warpgroup
 // that computed the block's P, from its fp32 values, and the two partial sums are added at the end. A slab of
 // a buffer is refilled by the warpgroup that reads it last, right after its last read completes; every slab has
-// its own mbarrier, so S starts on the slabs that have landed while the others are still in flight.
+// its own mbarrier, so S starts on the slabs that have landed while the others are still in flight. The softmax
+// runs in base 2 (the scale times log2 e folded into one FFMA before ex2); lse is converted back to natural log.
 //
-// q: slabs 0..7 (its 512 latent columns) in shared memory, written by the threads; its 64 rope columns as
-// wgmma A fragments in each thread's registers (that slab's shared memory holds sP1 instead).
+// q: the whole 64 x 576 tile in shared memory, written by the threads before the first block.
 //
 // Keys and rows. A split covers keys [kbeg, kend) (kend cut at the tile's last query's own tree row, as in
 // portable); blocks start at kbeg rounded down to 64, so with a page size dividing 64 (or a multiple of 64)
@@ -38,7 +40,7 @@
 //
 // Layout of a 64-row tile (q, or a KV buffer): 9 slabs of 64 columns; slab c holds row r's columns
 // 64c .. 64c+63 at 8192c + 128r, its 16-byte chunk k stored at chunk k ^ (r % 8) (the 128-byte swizzle TMA
-// writes and wgmma reads). sP0 and sP1 (64 rows x 64 keys, bf16) use the same layout.
+// writes and wgmma reads). A block's P (64 rows x 64 keys, bf16) uses the same layout over the block's slab 8.
 #include "common.cuh"
 #include "tree_verify.cuh"
 
@@ -295,16 +297,15 @@ __device__ __forceinline__ float ex2(float x) {  // 2^x, one MUFU instruction (2
 
 // Softmax step of one block for this thread's rows ra and ra + 8 (h = 0, 1), in base 2: a logit l = q·k is
 // softmax_scale·l·log2(e) here, so exp(scale·l - m) = 2^(l·scale_log2 - m2); lse converts back at the end.
-// acc[4i + e]: the raw logit of row ra + 8·(e >> 1), key k0 + 8i + 2·(lane % 4) + (e & 1). In: the running max
-// m_prev. Out: P as bf16 A fragments of the P·V product (k-step kk covers keys 16kk .. 16kk + 15), the new max
-// m_new, the rescale factor c = 2^(m_prev - m_new) of what came before, and the row sums of P (fp32, before
-// rounding). Masking is by selection: an unseen key's logit never enters the max and its P is exactly 0. acc
-// is only read: ptxas serializes the whole wgmma pipeline if other instructions write wgmma accumulators.
-// The softmax step of a block in two halves, so that warpgroup 1 can take its block's row maxima before the
-// even block's max arrives: rows_max (the mask as bits, then the largest seen logit of each row) and
-// softmax_rest (the new max against m_prev, the rescale factor, P and its row sums). seen has bit i set
-// where key i of the accumulator layout is visible (all bits for a prefix-only block, which takes the path
-// without per-key selects).
+// acc[4i + e]: the raw logit of row ra + 8·(e >> 1), key k0 + 8i + 2·(lane % 4) + (e & 1). It comes in two
+// halves, so that warpgroup 1 can take its block's row maxima before the even block's max arrives:
+//   rows_max: the mask as bits (seen bit i: key i of the accumulator layout is visible; all bits for a
+//     prefix-only block, which then takes the path without per-key selects) and the largest seen logit per row;
+//   softmax_rest: against the running max m_prev, the new max m_new, the rescale factor c = 2^(m_prev - m_new)
+//     of what came before, P as bf16 A fragments of the P·V product (k-step kk covers keys 16kk .. 16kk + 15)
+//     and the row sums of P (fp32, before rounding).
+// Masking is by selection: an unseen key's logit never enters the max and its P is exactly 0. acc is only read:
+// ptxas serializes the whole wgmma pipeline if other instructions write wgmma accumulators.
 struct BlockMax {
   uint32_t seen;
   bool all;
