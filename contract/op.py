@@ -135,8 +135,17 @@ class OpContract:
 
     # ------------------------------------------------------------------ validation
     def validate(self, *args, **kwargs) -> Checked:
-        """Every input check of the op, in argument order; raises InputError naming the argument."""
-        named = self.bind(*args, **kwargs)
+        """Every input check of the op, in argument order; raises InputError naming the argument. An array
+        whose values are not read may be given as a contract.ArrayInfo (a device caller's cache)."""
+        return self._validate(self.bind(*args, **kwargs), host=False)
+
+    def validate_host(self, *args, **kwargs) -> Checked:
+        """validate() for an implementation that reads every array on the host (the reference, the engine):
+        each array argument must be a plain numpy array, an ArrayInfo is refused by name like any other
+        non-array."""
+        return self._validate(self.bind(*args, **kwargs), host=True)
+
+    def _validate(self, named: dict, host: bool) -> Checked:
         self.fill_defaults(named)
         dims: dict[str, Any] = {}
         groups: dict[str, list[str]] = {}
@@ -148,7 +157,7 @@ class OpContract:
             if given and len(given) != len(names):
                 missing = [n for n in names if named[n] is None]
                 c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
-        self._check_args(named, dims, values=True)
+        self._check_args(named, dims, values=True, host=host)
         self.check_values(named, dims)
         return Checked(named, dims)
 
@@ -164,14 +173,15 @@ class OpContract:
         self.check_shapes(named, dims)
         return Checked(named, dims)
 
-    def _check_args(self, named: dict, dims: dict, values: bool) -> None:
-        """The structural pass over every argument, in argument order (arrays' values only when `values`)."""
+    def _check_args(self, named: dict, dims: dict, values: bool, host: bool = False) -> None:
+        """The structural pass over every argument, in argument order (arrays' values only when `values`;
+        ArrayInfo for arrays whose values are not read, unless `host`)."""
         for a in self.args:
             v = named[a.name]
             if v is None and a.default is None:
                 continue
             if a.kind == "array":
-                named[a.name] = self._check_array(a, v, dims, values)
+                named[a.name] = self._check_array(a, v, dims, values, host)
             elif a.kind == "int":
                 assert a.lo is not None and a.hi is not None, f"{self.slug}.{a.name}: an int argument needs lo and hi"
                 named[a.name] = c.integer(a.name, v, a.lo, a.hi)
@@ -180,8 +190,8 @@ class OpContract:
             elif a.kind == "flag":
                 named[a.name] = c.flag(a.name, v)
 
-    def _check_array(self, a: Arg, v, dims: dict, values: bool = True):
-        arr = c.host_array(a.name, v, shape_only=not (values and a.reads_values))
+    def _check_array(self, a: Arg, v, dims: dict, values: bool = True, host: bool = False):
+        arr = c.host_array(a.name, v, shape_only=not (host or (values and a.reads_values)))
         allowed = [np.dtype(d) if d != "bfloat16" else c.BF16 for d in a.dtypes]
         if a.dtype_symbol and a.dtype_symbol in dims:
             allowed = [dims[a.dtype_symbol]]
