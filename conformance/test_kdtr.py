@@ -165,8 +165,9 @@ def test_publish_failure_keeps_old_file(reader, tmp_path):
     def crash(tmp):
         raise OSError("simulated crash before rename")
 
-    with pytest.raises(OSError):
+    with pytest.raises(kdtr.KdtrError, match="simulated crash") as e:
         kdtr.save(path, {"x": np.array([2.0])}, _before_publish=crash)
+    assert e.value.code == kdtr.Code.IO and isinstance(e.value.__cause__, OSError)
     assert path.read_bytes() == old
     assert [p.name for p in tmp_path.iterdir()] == ["pub.kdtr"]
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
 
 import kdtr
 from harness import tools
+from kdtr import testing
 from kdtr.describe import comparable, error_dict
 from kdtr.format import check_file_size
 
@@ -36,28 +35,13 @@ def inspect_bin(request):
         (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
 
 
-# A fork from pytest would start with pytest's own high-water mark (Linux keeps it across exec), so a
-# minimal interpreter forks the tool and reports the tool's peak alone (wait4).
-_LAUNCHER = (
-    "import os, sys\n"
-    "pid = os.fork()\n"
-    "if pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n"
-    "_, status, usage = os.wait4(pid, 0)\n"
-    "sys.stderr.write(f'\\nmaxrss_kib={usage.ru_maxrss}\\n')\n"
-    "sys.exit(os.waitstatus_to_exitcode(status))\n"
-)
-
-
 def peak_rss(cmd: list[str], timeout: float = 60) -> tuple[dict, int]:
     """The tool's JSON and its own peak RSS in bytes."""
     try:
-        out = subprocess.run(
-            [sys.executable, "-S", "-c", _LAUNCHER, *cmd], capture_output=True, text=True, timeout=timeout
-        )
+        out, rss = tools.run_measured(cmd, timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{cmd[0]} did not answer within {timeout} s")
-    kib = int(out.stderr.rsplit("maxrss_kib=", 1)[1])
-    return json.loads(out.stdout), kib * 1024
+    return json.loads(out.stdout), rss
 
 
 def python_load(path, timeout: float = 20) -> dict:
@@ -83,24 +67,14 @@ def sparse_file(path, nbytes: int, *, valid: bool) -> None:
 
     valid=False keeps the header of a 96-byte file, so the index does not end at the file's end (E11).
     """
-    A = 64
-    crc = 0
-    chunk = bytes(1 << 20)
-    for _ in range((nbytes >> 20) if valid else 0):  # the invalid file is refused before any CRC
-        crc = zlib.crc32(chunk, crc)
-    crc = zlib.crc32(bytes(nbytes & ((1 << 20) - 1)), crc)
-    ioff = A + (nbytes + A - 1) // A * A
-    idx = struct.pack("<4sIIIQQ", b"KDIX", 1, 0, 0, 1, 0)
-    idx += struct.pack("<HHB3xI4xQQ8Q32x", 1, 2, 1, crc, A, nbytes, nbytes, *[0] * 7) + b"x"
-    hdr = struct.pack("<8sHHIIIB7xQQI8x", kdtr.format.MAGIC, 1, 0, 0x01020304, 0, 0, 6, ioff, len(idx), zlib.crc32(idx))
+    testing.sparse_file(path, {}, {"x": ((nbytes,), np.uint8)}, data_crc=valid)  # E11 comes before any CRC
     if not valid:
-        hdr = hdr[:32] + struct.pack("<QQI8x", 64, 32, 0)
-    hdr += struct.pack("<I", zlib.crc32(hdr))
-    with open(path, "wb") as f:
-        f.write(hdr)
-        f.truncate(ioff)
-        f.seek(ioff)
-        f.write(idx)
+        with open(path, "r+b") as f:
+            h = bytearray(f.read(64))
+            for offset, value, size in ((32, 64, 8), (40, 32, 8), (48, 0, 4)):
+                testing.patch(h, offset, value, size)
+            f.seek(0)
+            f.write(testing.fix_header_crc(h))
 
 
 # --- KDTR.4.4 bounded memory ----------------------------------------------------------------------------
@@ -217,3 +191,93 @@ def test_host_limit_checked_on_the_size(reader):
     assert str(e.value) == "KDTR E32 HOST_LIMIT: file is 281474976710657 bytes, more than 2^48"
     check_file_size(2**48)  # the limit itself is allowed
     assert error_dict(e.value)["entry"] is None
+
+
+# --- KDTR.4.4 / KDTR.4.1: kdtr.load under an address-space limit, and only KdtrError escapes ---------------
+_LOAD = (
+    "import sys\nsys.path.insert(0, sys.argv[1])\nimport kdtr\n"
+    "try:\n    kdtr.load(sys.argv[2]); print('ok')\n"
+    "except kdtr.KdtrError as e:\n    print(e)\n"
+)
+
+
+def _load_limited(path, limit: int = GiB) -> str:
+    """str() of what kdtr.load(path) raises in an interpreter whose address space is `limit` bytes."""
+    env_cmd = [sys.executable, "-c", _LOAD, str(ROOT), str(path)]
+    out, _ = tools.run_measured(env_cmd, address_space=limit, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.spec("KDTR.4.4", "KDTR.4.1")
+@pytest.mark.parametrize("reader", ["python"])
+def test_load_of_6gib_under_a_1gib_address_space(reader, tmp_path):
+    """The header and index are read before the file is mapped: a bad 6 GiB file gets its own code under a
+    1 GiB address-space limit, and a valid one that cannot be mapped is E91 ALLOC, never an OSError."""
+    p = tmp_path / "big.kdtr"
+    sparse_file(p, 6 * GiB, valid=False)
+    if not testing.is_sparse(p):
+        pytest.skip(f"{tmp_path} does not keep holes: a 6 GiB test file would take 6 GiB of disk")
+    assert _load_limited(p).startswith("KDTR E11 FILE_SIZE_MISMATCH")
+    testing.sparse_file(p, {}, {"x": ((6 * GiB,), np.uint8)}, data_crc=False)
+    with open(p, "r+b") as f:  # a flipped bit in the index: caught by check 12, still nothing mapped
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([last[0] ^ 1]))
+    assert _load_limited(p).startswith("KDTR E12 INDEX_CRC")
+    sparse_file(p, 6 * GiB, valid=True)
+    assert (
+        _load_limited(p)
+        == f"KDTR E91 ALLOC: {p}: cannot map its {p.stat().st_size} bytes: Cannot allocate memory (errno 12)"
+    )
+
+
+@pytest.mark.spec("KDTR.4.1")
+@pytest.mark.parametrize("reader", ["python"])
+def test_load_turns_every_failure_into_kdtr_error(reader, tmp_path, monkeypatch):
+    """Failures no file can cause on demand, injected: a read error, a file that shrank after fstat, a
+    mapping refused for lack of memory or otherwise, memory running out while checking."""
+    import errno
+    import mmap
+
+    p = tmp_path / "f.kdtr"
+    kdtr.save(p, {"x": np.arange(3, dtype=np.int32)})
+    real_pread = os.pread
+    cases = [
+        (os, "pread", lambda *a: (_ for _ in ()).throw(OSError(errno.EIO, "Input/output error")), "E90", "errno 5"),
+        (os, "pread", lambda fd, n, off: real_pread(fd, n, off)[:-1], "E90", "file ended early"),
+        (mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOMEM, "no memory")), "E91", "map"),
+        (mmap, "mmap", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EACCES, "denied")), "E90", "map"),
+    ]
+    for module, name, fake, code, words in cases:
+        with monkeypatch.context() as m:
+            m.setattr(module, name, fake)
+            with pytest.raises(kdtr.KdtrError) as e:
+                kdtr.load(p)
+        assert e.value.code.tag == code and words in e.value.message and str(p) in e.value.message, str(e.value)
+
+    class NoMemory:
+        @staticmethod
+        def crc32(*a):
+            raise MemoryError
+
+    monkeypatch.setattr(kdtr.format, "zlib", NoMemory)
+    for call in (lambda: kdtr.load(p), lambda: kdtr.loads(p.read_bytes())):
+        with pytest.raises(kdtr.KdtrError) as e:
+            call()
+        assert e.value.code == kdtr.Code.ALLOC and "cannot allocate memory" in e.value.message
+
+
+@pytest.mark.spec("KDTR.4.1")
+@pytest.mark.parametrize("reader", ["python"])
+@pytest.mark.parametrize("buf", ["KDTR", 96, None, 1.5, memoryview(np.zeros(64, np.uint8))[::2]])
+def test_loads_of_what_is_not_bytes_is_a_type_error_naming_buf(reader, buf):
+    """The documented exception to 'only KdtrError': an argument that is no bytes-like object at all is a
+    TypeError (a caller's bug, not a bad file) whose message names `buf` and what it got."""
+    assert "TypeError naming it" in kdtr.loads.__doc__
+    with pytest.raises(
+        TypeError, match=rf"kdtr\.loads: buf must be a C-contiguous bytes-like object .*not {type(buf).__name__}"
+    ):
+        kdtr.loads(buf)

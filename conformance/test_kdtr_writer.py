@@ -170,3 +170,60 @@ def test_temp_files_of_dead_writers_removed_live_ones_kept(reader, tmp_path):
         live.kill()
         live.wait()
     assert remove_dead_temps(tmp_path) == [live_tmp]
+
+
+class _Tagged(np.ndarray):
+    """A subclass that adds nothing visible: still refused (the writer cannot know what it would drop)."""
+
+
+SUBCLASSES = [
+    ("masked array, nothing masked", np.ma.masked_array(np.arange(3.0)), "mask"),
+    ("masked array, one value masked", np.ma.masked_array(np.arange(3.0), mask=[0, 1, 0]), "mask"),
+    ("matrix", np.eye(2).view(np.matrix), "numpy.matrix"),
+    ("recarray", np.arange(3.0).view(np.recarray), "recarray"),
+    ("a user's subclass", np.arange(3).view(_Tagged), "_Tagged"),
+]
+
+
+@pytest.mark.spec("KDTR.2.3")
+@pytest.mark.parametrize("reader", ["python"])
+@pytest.mark.parametrize("what,arr,words", SUBCLASSES, ids=[c[0] for c in SUBCLASSES])
+def test_writer_refuses_array_subclasses(reader, what, arr, words, tmp_path):
+    """A masked array's mask (and a subclass's other extras) would be silently dropped: refused, E19, naming
+    the tensor, the subclass and the way out; save leaves nothing behind."""
+    with pytest.raises(kdtr.KdtrError) as e:
+        kdtr.dumps({"ok": np.zeros(2), "x": arr})
+    assert e.value.code == E.BAD_DTYPE and e.value.name == "x" and e.value.entry == 1, str(e.value)
+    assert words in e.value.message and "np.asarray(x)" in e.value.message
+    with pytest.raises(kdtr.KdtrError):
+        kdtr.save(tmp_path / "f.kdtr", {"x": arr})
+    assert list(tmp_path.iterdir()) == []
+    assert kdtr.loads(kdtr.dumps({"x": np.asarray(arr)}))["x"].tolist() == np.asarray(arr).tolist()
+
+
+@pytest.mark.spec("KDTR.2.3")
+@pytest.mark.parametrize("reader", ["python"])
+def test_writer_takes_memmaps_and_array_likes(reader, tmp_path):
+    """A memmap is plain data over a file; lists and scalars become the arrays np.asarray makes of them."""
+    mm = np.memmap(tmp_path / "raw.bin", np.float32, "w+", shape=(2, 3))
+    mm[:] = np.arange(6).reshape(2, 3)
+    f = kdtr.loads(kdtr.dumps({"m": mm, "l": [1, 2], "s": np.int32(5)}))
+    assert f["m"].tolist() == mm.tolist() and f["l"].tolist() == [1, 2] and f["s"] == 5
+
+
+@pytest.mark.spec("KDTR.2.2")
+@pytest.mark.parametrize("reader", ["python"])
+def test_save_file_system_refusals_are_kdtr_errors(reader, tmp_path):
+    """save raises KdtrError E90 naming the path (the OSError as its cause) where the file system refuses:
+    a directory at the path (before anything is written), a folder that does not exist."""
+    (tmp_path / "d.kdtr").mkdir()
+    cases = [
+        (tmp_path / "d.kdtr", "is a directory", "errno 21"),
+        (tmp_path / "missing" / "f.kdtr", "No such file or directory", "errno 2"),
+    ]
+    for path, why, num in cases:
+        with pytest.raises(kdtr.KdtrError) as e:
+            kdtr.save(path, {"x": np.zeros(1)})
+        assert e.value.code == E.IO and e.value.message == f"{path}: {why} ({num})", str(e.value)
+        assert isinstance(e.value.__cause__, OSError)
+    assert [p.name for p in tmp_path.iterdir()] == ["d.kdtr"] and not any((tmp_path / "d.kdtr").iterdir())

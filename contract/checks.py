@@ -49,8 +49,10 @@ def is_device_array(x) -> bool:
 def host_array(arg: str, a, *, shape_only: bool = False):
     """A plain numpy array (or, where `shape_only`, an ArrayInfo). Subclasses are refused: a masked array
     hides values from the checks and a matrix changes what indexing means."""
-    if shape_only and isinstance(a, ArrayInfo):
-        return a
+    if isinstance(a, ArrayInfo):
+        if shape_only:
+            return a
+        fail(arg, "expected a numpy array, got a contract.ArrayInfo (a shape and dtype alone; this call reads values)")
     if type(a) is np.ndarray:
         return a
     if isinstance(a, np.ndarray):

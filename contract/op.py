@@ -52,6 +52,45 @@ class Arg:
     hi: int | None = None
 
 
+# The kinds of value check an op's `check_values` makes, as its `bounds` describe them: for each kind the
+# boundary generator (harness/boundaries.py) knows how to put a valid case exactly on the edge and one step
+# past it. A new kind needs a generator there; a new check of a known kind needs one Bound here.
+BOUND_KINDS = {
+    "no_nan": "no element is NaN (-inf is allowed)",
+    "at_most": "every element <= value (a value the dtype cannot exceed is a limit the dtype keeps)",
+    "at_least": "every element >= value",
+    "non_increasing": "every row along the last axis is non-increasing (ties allowed)",
+    "distinct": "the elements of every row along the last axis are distinct",
+    "context": "prefix_len + rows <= limits.MAX_CONTEXT for every request",
+    "full_mask_bytes": "the FULL_MASK layout D·(prefix_len + D) over all requests fits limits.MAX_FULL_MASK_BYTES",
+    "cache_rows": "num_pages · page_size <= limits.MAX_CACHE_ROWS",
+    "pages_needed": "the block table holds every page that prefix_len + rows positions need",
+    "page_index": "every block-table entry a request needs is a page index of the cache (others are not read)",
+    "visibility": "the mask is a tree's ancestor-or-self closure, parents before children, no bit beyond Q",
+    "links": "first_child/next_sibling link forward inside the tree, one incoming link per node, no root sibling",
+    "max_depth": "no node is deeper than max_depth",
+    "writeable": "a writeable C-contiguous array (written in place)",
+    "distinct_rows": "the tree rows of all requests are distinct physical cache rows",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """One value check of `check_values`, described so that its edge can be generated: `name` (unique within
+    the op; the generated cases are named after it), `arg` (the argument its error names), `kind` (one of
+    BOUND_KINDS), `clause` (the spec clause that states it), `value` (the bound of at_least / at_most) and
+    `rows` (the dimension whose rows follow each prefix, for context, pages_needed, page_index and
+    distinct_rows). Symbols' ranges, int arguments' ranges, dtypes, shapes and groups need no Bound: the
+    generator reads them from the arguments and symbols."""
+
+    name: str
+    arg: str
+    kind: str
+    clause: str
+    value: float | int | None = None
+    rows: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
     name: str
@@ -94,6 +133,18 @@ class OpContract:
     # the checks of check_values that need no array values, and the dims it derives: (args, dims) -> None;
     # set by ops whose CUDA wrapper offers deferred (on-device) value checks (validate_shapes)
     check_shapes: Callable[[dict, dict], None] | None = None
+    # check_values' checks, in its order, described for the boundary generator (Bound)
+    bounds: tuple[Bound, ...] = ()
+
+    def __post_init__(self):
+        names = [b.name for b in self.bounds]
+        for b in self.bounds:
+            if b.kind not in BOUND_KINDS:
+                raise ValueError(f"{self.slug}: bound {b.name} has an unknown kind {b.kind!r}")
+            if b.arg not in self.arg_names:
+                raise ValueError(f"{self.slug}: bound {b.name} names no argument ({b.arg!r})")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.slug}: bound names repeat: {names}")
 
     # ------------------------------------------------------------------ signature
     @property
@@ -140,8 +191,17 @@ class OpContract:
 
     # ------------------------------------------------------------------ validation
     def validate(self, *args, **kwargs) -> Checked:
-        """Every input check of the op, in argument order; raises InputError naming the argument."""
-        named = self.bind(*args, **kwargs)
+        """Every input check of the op, in argument order; raises InputError naming the argument. An array
+        whose values are not read may be given as a contract.ArrayInfo (a device caller's cache)."""
+        return self._validate(self.bind(*args, **kwargs), host=False)
+
+    def validate_host(self, *args, **kwargs) -> Checked:
+        """validate() for an implementation that reads every array on the host (the reference, the engine):
+        each array argument must be a plain numpy array, an ArrayInfo is refused by name like any other
+        non-array."""
+        return self._validate(self.bind(*args, **kwargs), host=True)
+
+    def _validate(self, named: dict, host: bool) -> Checked:
         self.fill_defaults(named)
         dims: dict[str, Any] = {}
         groups: dict[str, list[str]] = {}
@@ -153,7 +213,7 @@ class OpContract:
             if given and len(given) != len(names):
                 missing = [n for n in names if named[n] is None]
                 c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
-        self._check_args(named, dims, values=True)
+        self._check_args(named, dims, values=True, host=host)
         self.check_values(named, dims)
         return Checked(named, dims)
 
@@ -169,14 +229,15 @@ class OpContract:
         self.check_shapes(named, dims)
         return Checked(named, dims)
 
-    def _check_args(self, named: dict, dims: dict, values: bool) -> None:
-        """The structural pass over every argument, in argument order (arrays' values only when `values`)."""
+    def _check_args(self, named: dict, dims: dict, values: bool, host: bool = False) -> None:
+        """The structural pass over every argument, in argument order (arrays' values only when `values`;
+        ArrayInfo for arrays whose values are not read, unless `host`)."""
         for a in self.args:
             v = named[a.name]
             if v is None and a.default is None:
                 continue
             if a.kind == "array":
-                named[a.name] = self._check_array(a, v, dims, values)
+                named[a.name] = self._check_array(a, v, dims, values, host)
             elif a.kind == "int":
                 assert a.lo is not None and a.hi is not None, f"{self.slug}.{a.name}: an int argument needs lo and hi"
                 named[a.name] = c.integer(a.name, v, a.lo, a.hi)
@@ -185,8 +246,8 @@ class OpContract:
             elif a.kind == "flag":
                 named[a.name] = c.flag(a.name, v)
 
-    def _check_array(self, a: Arg, v, dims: dict, values: bool = True):
-        arr = c.host_array(a.name, v, shape_only=not (values and a.reads_values))
+    def _check_array(self, a: Arg, v, dims: dict, values: bool = True, host: bool = False):
+        arr = c.host_array(a.name, v, shape_only=not (host or (values and a.reads_values)))
         allowed = [np.dtype(d) if d != "bfloat16" else c.BF16 for d in a.dtypes]
         if a.dtype_symbol and a.dtype_symbol in dims:
             allowed = [dims[a.dtype_symbol]]

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import checks as c
 from . import limits, paged, trees
-from .op import Arg, OpContract, Output, Symbol
+from .op import Arg, Bound, OpContract, Output, Symbol
 
 
 @dataclasses.dataclass
@@ -110,6 +110,21 @@ CONTRACT = OpContract(
     ),
     result=Accept,
     check_values=_check_values,
+    bounds=(
+        Bound("tokens.at_least_0", "tokens", "at_least", "TA.1.1", value=0),
+        Bound("tokens.at_most_max_token", "tokens", "at_most", "TA.1.1", value=limits.MAX_TOKEN),
+        Bound("target_tokens.at_least_0", "target_tokens", "at_least", "TA.1.1", value=0),
+        Bound("target_tokens.at_most_max_token", "target_tokens", "at_most", "TA.1.1", value=limits.MAX_TOKEN),
+        Bound("links.tree", "first_child", "links", "TA.1.2"),
+        Bound("first_child.max_depth", "first_child", "max_depth", "TA.1.2"),
+        Bound("kv_cache.writeable", "kv_cache", "writeable", "TA.1.1"),
+        Bound("kv_cache.cache_rows", "kv_cache", "cache_rows", "TA.1.1"),
+        Bound("prefix_lens.at_least_0", "prefix_lens", "at_least", "TA.1.3", value=0),
+        Bound("prefix_lens.context", "prefix_lens", "context", "TA.1.3", rows="D"),
+        Bound("block_table.pages_needed", "block_table", "pages_needed", "TA.1.3", rows="D"),
+        Bound("block_table.page_index", "block_table", "page_index", "TA.1.3", rows="D"),
+        Bound("block_table.distinct_rows", "block_table", "distinct_rows", "TA.1.3", rows="D"),
+    ),
     in_place=("kv_cache",),
     errors=(
         "a dtype, rank or shape is wrong, or a dimension is outside its limit; only part of the commit is given;",

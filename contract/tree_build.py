@@ -8,7 +8,7 @@ import numpy as np
 
 from . import checks as c
 from . import limits, paged
-from .op import Arg, OpContract, Output, Symbol
+from .op import Arg, Bound, OpContract, Output, Symbol
 
 
 @dataclasses.dataclass
@@ -163,6 +163,19 @@ CONTRACT = OpContract(
     result=Tree,
     check_values=_check_values,
     check_shapes=_check_shapes,
+    bounds=(
+        Bound("top_logp.no_nan", "top_logp", "no_nan", "TB.1.3"),
+        Bound("top_logp.at_most_0", "top_logp", "at_most", "TB.1.3", value=0.0),
+        Bound("top_logp.non_increasing", "top_logp", "non_increasing", "TB.1.3"),
+        Bound("top_ids.at_least_0", "top_ids", "at_least", "TB.1.3", value=0),
+        Bound("top_ids.at_most_max_token", "top_ids", "at_most", "TB.1.3", value=limits.MAX_TOKEN),
+        Bound("top_ids.distinct", "top_ids", "distinct", "TB.1.3"),
+        Bound("root_tokens.at_least_0", "root_tokens", "at_least", "TB.1.2", value=0),
+        Bound("root_tokens.at_most_max_token", "root_tokens", "at_most", "TB.1.2", value=limits.MAX_TOKEN),
+        Bound("prefix_lens.at_least_0", "prefix_lens", "at_least", "TB.1.2", value=0),
+        Bound("prefix_lens.context", "prefix_lens", "context", "TB.1.2", rows="D"),
+        Bound("with_full_mask.bytes", "with_full_mask", "full_mask_bytes", "TB.1.2"),
+    ),
     fill_defaults=_defaults,
     errors=(
         "a dtype, rank or shape is wrong, or a dimension is outside its limit;",

@@ -6,7 +6,7 @@ import dataclasses
 
 from . import checks as c
 from . import limits, paged, trees
-from .op import Arg, OpContract, Output, Symbol
+from .op import Arg, Bound, OpContract, Output, Symbol
 
 
 class Verified(tuple):
@@ -69,6 +69,14 @@ CONTRACT = OpContract(
     ),
     result=Verified,
     check_values=_check_values,
+    bounds=(
+        Bound("kv_cache.cache_rows", "kv_cache", "cache_rows", "TV.1.1"),
+        Bound("prefix_lens.at_least_0", "prefix_lens", "at_least", "TV.1.2", value=0),
+        Bound("prefix_lens.context", "prefix_lens", "context", "TV.1.2", rows="Q"),
+        Bound("block_table.pages_needed", "block_table", "pages_needed", "TV.1.2", rows="Q"),
+        Bound("block_table.page_index", "block_table", "page_index", "TV.1.2", rows="Q"),
+        Bound("visibility.closure", "visibility", "visibility", "TV.1.3"),
+    ),
     derived={"W": lambda d: (d["Q"] + 31) // 32},
     errors=(
         "a dtype, rank or shape is wrong (q and kv_cache share one dtype), or a dimension is outside its limit;",

@@ -129,7 +129,7 @@ def cuda_variants() -> list[tuple[str, str]]:
 def _run(c: contract.OpContract, named: dict, device: str = "cpu"):
     """Validate with the contract, write the op file by the contract's KDTR names, run it, read the result;
     arguments the op writes in place (the commit's cache) get the engine's result copied back."""
-    checked = c.validate(**named)
+    checked = c.validate_host(**named)
     out = run_op(c.slug, c.kdtr_inputs(checked.args), device=device)
     for name in c.in_place:
         if named.get(name) is not None:

@@ -315,6 +315,44 @@ def mutated_specs(name: str) -> list[specs.KernelSpec]:
     return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug) if s.source == source]
 
 
+# What the GPU suite's conformance stage runs (tools/gpu_suite.sh stage_conformance; meta/test_kernel_mutants.py
+# checks that the two agree). A kernel mutant is judged by the same tests that certify the kernels.
+CONFORMANCE_PATHS = ("conformance", "meta")
+CONFORMANCE_DESELECT = ("meta/test_mutants.py", "meta/test_kernel_mutants.py")
+
+
+def judging_command(name: str, report_dir) -> list[str]:
+    """The pytest command that judges kernel mutant `name`: the conformance stage's tests that can run its
+    kernels (those of a `cuda` implementation, and the GPU-marked ones: a CPU-only test cannot see a broken
+    kernel, so it must not be taken for its killer), with the mutated variants as the implementations, its
+    own op's tests and the fixtures first (most mutants die there in seconds), stopping at the first failure."""
+    slug = (MUTANTS.get(name) or SLOWDOWNS[name])[0]
+    impls = [a for s in mutated_specs(name) for a in ("--impl", f"cuda:{s.variant}")]
+    first = [f"conformance/test_{slug}.py", "conformance/test_fixtures.py"]
+    deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
+    return [
+        *first,
+        *CONFORMANCE_PATHS,
+        *deselect,
+        "-k",
+        "cuda or gpu",
+        *impls,
+        "--require-gpu",
+        "-x",
+        "-q",
+        "-p",
+        "harness.kernel_mutants",
+        "--kernel-mutant",
+        name,
+        "-p",
+        "no:xdist",
+        "-p",
+        "no:cacheprovider",
+        "--report-dir",
+        str(report_dir),
+    ]
+
+
 def pytest_addoption(parser):
     parser.addoption("--kernel-mutant", help="compile the kernels of this mutant's (or slowdown's) op with its patch")
 

@@ -8,12 +8,14 @@ function and corrupt one output, so the references themselves carry no mutation 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import numpy as np
 
-from contract import TREE_VERIFY, Verified
+import contract.op
+from contract import BF16, TREE_VERIFY, Verified, limits, paged
 from reference import tree_accept as ta
 from reference import tree_build as tb
 from reference import tree_verify as tv
@@ -142,6 +144,46 @@ def _scale_changed(change):
         return orig(**named)
 
     return mutated
+
+
+# --- the contract's checks moved off their edge (conformance/test_boundaries.py must catch each) -----------
+def _pages_off_by_one(orig):
+    def check_pages(kv_shape, block_table, prefix_lens, rows):
+        return orig((kv_shape[0] + 1, *kv_shape[1:]), block_table, prefix_lens, rows)  # page num_pages passes
+
+    return check_pages
+
+
+def _context_strict(prefix_lens, rows, what):
+    if (prefix_lens.astype(np.int64) + rows >= limits.MAX_CONTEXT).any():  # the limit itself refused
+        contract.checks.fail("prefix_lens", f"prefix + {rows} {what} exceeds the context limit {limits.MAX_CONTEXT}")
+
+
+def _dtype_agreement_one_way(orig):
+    def check_array(self, a, v, dims, values=True, host=False):
+        if a.name == "kv_cache" and dims.get("T") == BF16:  # a bf16 q takes either cache dtype
+            dims = {k: d for k, d in dims.items() if k != "T"}
+        return orig(self, a, v, dims, values, host)
+
+    return check_array
+
+
+def _symbol_check_hi_plus_one(orig):
+    """The range check of every symbol one too wide at the top (the symbols themselves, which the boundary
+    cases are made from, unchanged)."""
+
+    def symbol(self, name):
+        s = orig(self, name)
+        return dataclasses.replace(s, hi=s.hi + 1)
+
+    return symbol
+
+
+def _integer_hi_plus_one(orig, arg):
+    def integer(name, v, lo, hi):
+        return orig(name, v, lo, hi + 1 if name == arg else hi)
+
+    return integer
 
 
 MUTANTS = {
@@ -292,6 +334,34 @@ MUTANTS = {
                 1
             ],
         ),
+    ),
+    # the contracts' checks off their edge: every implementation validates with them
+    "edge_page_index_off_by_one": (
+        "tree_verify",
+        "a block-table entry equal to num_pages passes as a page index",
+        lambda: _set(paged, "check_pages", _pages_off_by_one(paged.check_pages)),
+    ),
+    "edge_context_limit_refused": (
+        "tree_build",
+        "prefix_len + rows = MAX_CONTEXT refused (>= for >)",
+        lambda: _set(paged, "check_context", _context_strict),
+    ),
+    "edge_dtype_pair_one_way": (
+        "tree_verify",
+        "q and kv_cache must agree only when q is float32 (a bf16 q takes a float32 cache)",
+        lambda: _set(
+            contract.op.OpContract, "_check_array", _dtype_agreement_one_way(contract.op.OpContract._check_array)
+        ),
+    ),
+    "edge_max_depth_check_plus_one": (
+        "tree_accept",
+        "the max_depth check accepts 33",
+        lambda: _set(contract.checks, "integer", _integer_hi_plus_one(contract.checks.integer, "max_depth")),
+    ),
+    "edge_symbol_check_hi_plus_one": (
+        "tree_verify",
+        "every symbol's range check one too wide at the top (1026 queries, 129 heads, ...)",
+        lambda: _set(contract.op.OpContract, "symbol", _symbol_check_hi_plus_one(contract.op.OpContract.symbol)),
     ),
 }
 

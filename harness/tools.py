@@ -8,6 +8,7 @@ import os
 import pathlib
 import resource
 import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", ROOT / "build"))
@@ -64,6 +65,40 @@ def fuzz_memory_flags() -> list[str]:
     therefore counts from this process's peak, and a single allocation over FUZZ_MEMORY_MB still fails."""
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # KiB on Linux
     return [f"-rss_limit_mb={peak_mb + FUZZ_MEMORY_MB}", f"-malloc_limit_mb={FUZZ_MEMORY_MB}"]
+
+
+# A fork from a test worker would start with the worker's own high-water mark (Linux keeps ru_maxrss across
+# exec), so a minimal interpreter forks the command, limits its address space if asked, and reports the
+# command's peak alone (wait4).
+_LAUNCHER = (
+    "import os, resource, sys\n"
+    "limit = int(sys.argv[1])\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    if limit:\n        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+    "    os.execv(sys.argv[2], sys.argv[2:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "sys.stderr.write(f'\\nmaxrss_kib={usage.ru_maxrss}\\n')\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def run_measured(
+    cmd: list[str], *, address_space: int | None = None, timeout: float = 60, input: str | None = None
+) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `cmd` (an executable path and its arguments), optionally under an address-space limit
+    (RLIMIT_AS, bytes); returns the finished process (text output, the peak line removed from stderr) and the
+    command's own peak RSS in bytes. subprocess.TimeoutExpired when it runs past `timeout` seconds."""
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", _LAUNCHER, str(address_space or 0), *map(str, cmd)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        input=input,
+    )
+    err, _, kib = out.stderr.rpartition("\nmaxrss_kib=")
+    out.stderr = err
+    return out, int(kib) * 1024
 
 
 def inspect(path, *, verify: bool = True, rewrite=None) -> dict:

@@ -9,7 +9,9 @@ kdtr/writer.py, publishing a file kdtr/publish.py.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import mmap
 import os
 import stat
@@ -207,13 +209,48 @@ def _strict_utf8(b: bytes) -> bool:
     return b"\x00" not in b
 
 
+def _byte_view(buf):
+    """`buf` as one-byte items: an mmap as it is, anything else through a C-contiguous memoryview."""
+    if isinstance(buf, mmap.mmap):
+        return buf
+    try:
+        return memoryview(buf).cast("B")
+    except TypeError:
+        raise TypeError(
+            "kdtr.loads: buf must be a C-contiguous bytes-like object (bytes, bytearray, memoryview, mmap), "
+            f"not {type(buf).__name__}"
+        ) from None
+
+
+@contextlib.contextmanager
+def _allocation_is_an_error(what: str):
+    """MemoryError (the index copy, a tensor's check under an address-space limit) as KdtrError E91."""
+    try:
+        yield
+    except MemoryError:
+        raise KdtrError(Code.ALLOC, f"cannot allocate memory to check {what}") from None
+
+
 def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_size: int = MAX_INDEX) -> KdtrFile:
-    """Validate `buf` (bytes, bytearray, memoryview or mmap) and return a KdtrFile over it."""
-    view = memoryview(buf).cast("B") if not isinstance(buf, mmap.mmap) else buf
-    fsize = len(view)
+    """Validate `buf` (bytes, bytearray, memoryview or mmap) and return a KdtrFile over it.
+
+    Any file it does not accept raises KdtrError with the check's code (FORMAT.md §3), E91 ALLOC when the
+    memory to check it cannot be had; `buf` that is not a bytes-like object raises TypeError naming it.
+    """
+    view = _byte_view(buf)
+    with _allocation_is_an_error("the file"):
+        infos, metadata, align_log2 = _check_structure(lambda o, n: bytes(view[o : o + n]), len(view), max_index_size)
+        _check_data(view, infos, verify_data, check_bool)
+    return KdtrFile(buf, infos, metadata, align_log2)
+
+
+def _check_structure(read, fsize: int, max_index_size: int):
+    """Checks 1-29 (everything but the data) of a file of `fsize` bytes whose bytes read(offset, n) returns:
+    the header, the index (one private copy, validated from then on: no double fetch) and the pads.
+    Returns (infos, metadata, align_log2)."""
     # 1
     check_file_size(fsize)
-    h = bytes(view[:HEADER_SIZE])
+    h = read(0, HEADER_SIZE)
     # 2-4
     if h[:8] != MAGIC:
         raise KdtrError(Code.BAD_MAGIC, f"magic is {h[:8].hex()}, expected {MAGIC.hex()}")
@@ -247,7 +284,7 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     if index_offset + index_size != fsize:
         raise KdtrError(Code.FILE_SIZE_MISMATCH, f"index ends at {index_offset + index_size}, file is {fsize} bytes")
     # 12: private copy of the index, validated from here on (no double fetch from the mapping)
-    idx = bytes(view[index_offset : index_offset + index_size])
+    idx = read(index_offset, index_size)
     if zlib.crc32(idx) != _u32(h, 48):
         raise KdtrError(Code.INDEX_CRC, f"index CRC 0x{_u32(h, 48):08x} != computed 0x{zlib.crc32(idx):08x}")
     # 13-15
@@ -341,13 +378,20 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     if cur != index_offset:
         raise KdtrError(Code.GAP, f"gap of {index_offset - cur} bytes before the index")
     # 29 padding
-    if any(view[HEADER_SIZE:A]):
+    if any(read(HEADER_SIZE, A - HEADER_SIZE)):
         raise KdtrError(Code.NONZERO_PADDING, "bytes between the header and the first alignment are not zero")
     for inf in order:
         end = inf.offset + inf.nbytes
-        if any(view[end : align_up(end, A)]):
+        if any(read(end, align_up(end, A) - end)):
             raise KdtrError(Code.NONZERO_PADDING, "pad after the data is not zero", name=sanitize(inf.name.encode()))
-    # 30-31
+    return infos, metadata, align_log2
+
+
+CHUNK = 1 << 20  # BOOL bytes are checked through chunks of this size (memory stays bounded, as in C++)
+
+
+def _check_data(view, infos: dict[str, TensorInfo], verify_data: bool, check_bool: bool) -> None:
+    """Checks 30-31 on the file's bytes: data CRCs, then BOOL bytes (each only when asked)."""
     if verify_data:
         for inf in infos.values():
             crc = zlib.crc32(view[inf.offset : inf.offset + inf.nbytes]) if inf.nbytes else 0
@@ -359,11 +403,12 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
                 )
     if check_bool:
         for inf in infos.values():
-            if inf.dtype_code == 1 and inf.nbytes:
-                raw = np.frombuffer(view, np.uint8, inf.nbytes, inf.offset)
-                if (raw > 1).any():
+            if inf.dtype_code != 1:
+                continue
+            for off in range(inf.offset, inf.offset + inf.nbytes, CHUNK):
+                n = min(CHUNK, inf.offset + inf.nbytes - off)
+                if (np.frombuffer(view, np.uint8, n, off) > 1).any():
                     raise KdtrError(Code.BAD_BOOL, "BOOL byte other than 0 or 1", name=sanitize(inf.name.encode()))
-    return KdtrFile(buf, infos, metadata, align_log2)
 
 
 def open_regular(path: str | os.PathLike) -> int:
@@ -383,14 +428,44 @@ def open_regular(path: str | os.PathLike) -> int:
     return fd
 
 
+def _pread(fd: int, path: str):
+    """read(offset, n) over a descriptor, for _check_structure: KdtrError E90 when the file cannot give the
+    bytes it claimed to have (an I/O error, or it shrank since fstat)."""
+
+    def read(offset: int, n: int) -> bytes:
+        try:
+            b = os.pread(fd, n, offset)
+        except OSError as e:
+            raise KdtrError(Code.IO, f"{path}: {e.strerror} (errno {e.errno})") from e
+        if len(b) != n:
+            raise KdtrError(Code.IO, f"{path}: file ended early (changed while read)")
+        return b
+
+    return read
+
+
 def load(
     path: str | os.PathLike, *, verify_data: bool = True, check_bool: bool = True, max_index_size: int = MAX_INDEX
 ) -> KdtrFile:
-    """mmap the regular file `path` read-only and validate it; the returned views keep the mapping alive."""
+    """Validate the regular file `path` and map it read-only; the returned views keep the mapping alive.
+
+    The header, the index and the pads are read and checked before anything is mapped (a few KiB and the
+    index, whatever the file's size), so a file that fails them costs no more than that; only then is the
+    file mapped, and validated again in full, data included, so the views are exactly the bytes checked.
+    Only KdtrError escapes: E90 IO when the path cannot be read, E91 ALLOC when the file cannot be mapped
+    (an address-space limit) or the memory to check it cannot be had.
+    """
     fd = open_regular(path)
+    p = os.fspath(path)
     try:
-        check_file_size(os.fstat(fd).st_size)  # before mapping: an empty file cannot be mapped at all
-        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        fsize = os.fstat(fd).st_size
+        with _allocation_is_an_error(p):
+            _check_structure(_pread(fd, p), fsize, max_index_size)
+        try:
+            mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            code = Code.ALLOC if e.errno == errno.ENOMEM else Code.IO
+            raise KdtrError(code, f"{p}: cannot map its {fsize} bytes: {e.strerror} (errno {e.errno})") from e
     finally:
         os.close(fd)
     return loads(mm, verify_data=verify_data, check_bool=check_bool, max_index_size=max_index_size)

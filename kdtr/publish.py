@@ -10,6 +10,7 @@ file (lock held) and removes only the former. Ages are never used: a slow writer
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import secrets
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .errors import Code, KdtrError
 from .format import DEFAULT_ALIGN_LOG2
 from .writer import dumps
 
@@ -106,11 +108,23 @@ def save(
     A crash at any point leaves the old file or the new one at `path`, never a torn one; an existing
     file is never modified in place (readers holding an mmap of it keep valid pages). The new file's mode
     is 0666 less the umask. Temp files of writers killed earlier in the same folder are removed first.
-    Raises KdtrError (kdtr.writer.dumps) for content no reader would open, OSError for I/O failures.
+    Raises KdtrError only: the reader's code (kdtr.writer.dumps) for content no reader would open, E90 IO
+    naming the path for anything the file system refuses (a folder that is missing or not writable, a
+    directory at `path`, a full disk), with the OSError as its cause; nothing is left behind either way.
     `_before_publish` is a test hook called after the temp file is durable and before the rename.
     """
     data = dumps(tensors, metadata, align_log2=align_log2)
     path = os.fspath(path)
+    try:
+        _publish(path, data, _before_publish)
+    except OSError as e:
+        raise KdtrError(Code.IO, f"{path}: {e.strerror or e} (errno {e.errno})") from e
+
+
+def _publish(path: str, data: bytes, _before_publish) -> None:
+    """save()'s file-system part: temp file, fsync, rename, fsync the folder (OSError on failure)."""
+    if os.path.isdir(path):  # refused before anything is written (os.replace would refuse only at the end)
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
     folder = os.path.dirname(os.path.abspath(path))
     remove_dead_temps(folder)
     fd, tmp = _create_locked_temp(folder)

@@ -1,15 +1,20 @@
-"""Tools for building deliberately broken KDTR files (golden corpus, mutation tests).
+"""Tools for building deliberately broken KDTR files (golden corpus, mutation tests) and large ones.
 
 `patch` overwrites a little-endian field; `fix_crcs` recomputes the header, index and (optionally)
-data CRCs, so a mutation reaches the structural checks instead of stopping at a CRC.
+data CRCs, so a mutation reaches the structural checks instead of stopping at a CRC. `sparse_file` writes
+a canonical file whose large zero tensors are holes, for the bounded-memory tests.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 
-from .format import ENTRY_SIZE, HEADER_SIZE, INDEX_HEADER_SIZE
+import numpy as np
+
+from .format import DEFAULT_ALIGN_LOG2, ENTRY_SIZE, HEADER_SIZE, INDEX_HEADER_SIZE, numpy_dtype
+from .writer import header_and_index, plan
 
 
 def patch(buf: bytearray, offset: int, value: int, size: int) -> bytearray:
@@ -43,3 +48,44 @@ def fix_crcs(buf: bytearray, *, data: bool = True) -> bytearray:
 def fix_header_crc(buf: bytearray) -> bytearray:
     struct.pack_into("<I", buf, 60, zlib.crc32(bytes(buf[: HEADER_SIZE - 4])))
     return buf
+
+
+def zeros_crc32(n: int, chunk: int = 1 << 24) -> int:
+    """CRC-32 of n zero bytes, through one buffer of `chunk` bytes."""
+    zero, crc = bytes(min(n, chunk)), 0
+    for off in range(0, n, chunk):
+        crc = zlib.crc32(zero[: min(chunk, n - off)], crc)
+    return crc
+
+
+def sparse_file(
+    path, tensors, zeros, metadata=None, *, align_log2: int = DEFAULT_ALIGN_LOG2, data_crc: bool = True
+) -> None:
+    """Write the canonical KDTR file of `tensors` plus, for each name -> (shape, dtype) of `zeros`, a tensor of
+    zeros left as a hole: a valid file of any size that takes no disk for those and no memory to write
+    (the bytes are exactly kdtr.dumps' for the same arrays). data_crc=False leaves the holes' CRCs 0 (not
+    computed: for files meant to fail before check 30)."""
+    holes = {n: np.broadcast_to(np.zeros((), dt), shape) for n, (shape, dt) in zeros.items()}
+    entries, meta, index_offset = plan({**tensors, **holes}, dict(metadata or {}), align_log2)
+    crcs = []
+    with open(path, "wb") as f:
+        f.truncate(index_offset)
+        for e in entries:
+            if e.name.decode() in holes:
+                crcs.append(zeros_crc32(e.nbytes) if data_crc else 0)
+                continue
+            data = np.ascontiguousarray(e.array, dtype=numpy_dtype(e.code)).tobytes()
+            f.seek(e.offset)
+            f.write(data)
+            crcs.append(zlib.crc32(data))
+        header, index = header_and_index(entries, crcs, meta, align_log2, index_offset)
+        f.seek(0)
+        f.write(header)
+        f.seek(index_offset)
+        f.write(index)
+
+
+def is_sparse(path) -> bool:
+    """Whether the file takes less disk than its size (the file system keeps holes)."""
+    st = os.stat(path)
+    return st.st_blocks * 512 < st.st_size // 2

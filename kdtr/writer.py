@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,8 +52,39 @@ def _name_bytes(n, i: int, what: str, bad: Code) -> bytes:
     return b
 
 
-def _plan(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], align_log2: int):
-    """Check every limit and lay the file out without copying any data: (tensor entries, metadata)."""
+# ndarray subclasses whose values are all there is to them (a memmap is an array over a file)
+_PLAIN = (np.ndarray, np.memmap)
+
+
+def _plain_array(value, i: int, nb: bytes) -> np.ndarray:
+    """The array to store: a plain ndarray (or anything np.asarray makes one of). A subclass is refused
+    (E19): a masked array's mask, a matrix's 2-D semantics, a recarray's field access would be silently
+    dropped, and a reader would get back something else than was written."""
+    if isinstance(value, np.ndarray) and type(value) not in _PLAIN:
+        kind = "a masked array's mask" if isinstance(value, np.ma.MaskedArray) else "what the subclass adds"
+        raise KdtrError(
+            Code.BAD_DTYPE,
+            f"{type(value).__module__}.{type(value).__qualname__} is an ndarray subclass; {kind} cannot be stored "
+            "(pass np.asarray(x) to store the values alone, or x.filled(v) for a masked array)",
+            entry=i,
+            name=sanitize(nb),
+        )
+    return np.asarray(value)
+
+
+class Entry(NamedTuple):
+    """One tensor as laid out: name bytes, dtype code, the array, its byte size and absolute offset."""
+
+    name: bytes
+    code: int
+    array: np.ndarray
+    nbytes: int
+    offset: int  # data in name order, each at a multiple of A; 0 when empty
+
+
+def plan(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], align_log2: int):
+    """Check every limit and lay the file out without copying any data: (entries in name order, metadata as
+    (key, value) bytes, index offset). KdtrError with the reader's code for anything a reader would reject."""
     if not isinstance(align_log2, int | np.integer) or not 6 <= align_log2 <= 12:
         raise KdtrError(Code.BAD_ALIGNMENT, f"align_log2 {align_log2} outside 6..12")
     if len(tensors) > MAX_TENSORS or len(metadata) > MAX_META:
@@ -82,7 +114,7 @@ def _plan(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], align_
         raise KdtrError(Code.INDEX_BOUNDS, f"index_size {index_size} outside 32..{MAX_INDEX}")
     entries, data_end = [], A
     for i, (nb, n) in enumerate(named):
-        arr = np.asarray(tensors[n])
+        arr = _plain_array(tensors[n], i, nb)
         try:
             code = dtype_code(arr.dtype)
         except ValueError as e:
@@ -94,11 +126,11 @@ def _plan(tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str], align_
             raise KdtrError(
                 Code.SIZE_OVERFLOW, "itemsize x product of the nonzero dims exceeds 2^48", entry=i, name=sanitize(nb)
             )
-        entries.append((nb, code, arr, size))
+        entries.append(Entry(nb, code, arr, size, data_end if size else 0))
         data_end += align_up(size, A)
     if data_end + index_size > MAX_BYTES:
         raise KdtrError(Code.HOST_LIMIT, f"file is {data_end + index_size} bytes, more than 2^48")
-    return entries, meta
+    return entries, meta, data_end
 
 
 def dumps(
@@ -111,32 +143,31 @@ def dumps(
 
     The same arrays and metadata always give the same bytes, whatever the insertion order. Anything a
     reader would reject (name, dtype, rank, size, counts, index over 64 MiB, file over 2^48 bytes)
-    raises KdtrError with the reader's code before any output is built.
+    raises KdtrError with the reader's code before any output is built, and so does an ndarray subclass
+    (a masked array, a matrix: E19), whose extras a file cannot carry.
     """
-    entries, meta = _plan(tensors, dict(metadata or {}), align_log2)
-    A = 1 << align_log2
-    out = bytearray(A)  # header placeholder + zero pad up to A
-    rows = []
-    for nb, code, arr, size in entries:
-        data = np.ascontiguousarray(arr, dtype=numpy_dtype(code)).tobytes()
-        offset = 0
-        if size:
-            offset = len(out)
-            out += data
-            out += bytes(align_up(len(out), A) - len(out))
-        rows.append((nb, code, arr.shape, offset, size, zlib.crc32(data)))
-    index_offset = len(out)
+    entries, meta, index_offset = plan(tensors, dict(metadata or {}), align_log2)
+    out = bytearray(index_offset)  # header placeholder, zero pads, data slots
+    crcs = []
+    for e in entries:
+        data = np.ascontiguousarray(e.array, dtype=numpy_dtype(e.code)).tobytes()
+        out[e.offset : e.offset + e.nbytes] = data
+        crcs.append(zlib.crc32(data))
+    header, index = header_and_index(entries, crcs, meta, align_log2, index_offset)
+    out[:HEADER_SIZE] = header
+    return bytes(out + index)
 
-    heap = b"".join(r[0] for r in rows) + b"".join(kb + vb for kb, vb in meta)
-    idx = bytearray(struct.pack("<4sIIIQQ", INDEX_MAGIC, len(rows), len(meta), 0, len(heap), 0))
-    for nb, code, shape, offset, nbytes, crc in rows:
+
+def header_and_index(entries, crcs, meta, align_log2: int, index_offset: int) -> tuple[bytes, bytes]:
+    """The 64-byte header and the index block of a file laid out by plan(), with each tensor's data CRC."""
+    heap = b"".join(e.name for e in entries) + b"".join(kb + vb for kb, vb in meta)
+    idx = bytearray(struct.pack("<4sIIIQQ", INDEX_MAGIC, len(entries), len(meta), 0, len(heap), 0))
+    for e, crc in zip(entries, crcs, strict=True):
+        shape = e.array.shape
         dims = list(shape) + [0] * (MAX_RANK - len(shape))
-        idx += struct.pack("<HHB3xI4xQQ8Q32x", len(nb), code, len(shape), crc, offset, nbytes, *dims)
+        idx += struct.pack("<HHB3xI4xQQ8Q32x", len(e.name), e.code, len(shape), crc, e.offset, e.nbytes, *dims)
     idx += b"".join(struct.pack("<II", len(kb), len(vb)) for kb, vb in meta) + heap
-    out += idx
     hdr = struct.pack(
         "<8sHHIIIB7xQQI8x", MAGIC, 1, 0, ENDIAN_TAG, 0, 0, align_log2, index_offset, len(idx), zlib.crc32(idx)
     )
-    hdr += struct.pack("<I", zlib.crc32(hdr))
-    out[:HEADER_SIZE] = hdr
-    return bytes(out)
+    return hdr + struct.pack("<I", zlib.crc32(hdr)), bytes(idx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from contract import BF16, ArrayInfo, InputError
-from contract.checks import is_device_array
+from contract.checks import host_array, is_device_array
 
 from . import runtime
 
@@ -85,6 +85,8 @@ def split_args(contract, named: dict) -> tuple[str | None, object, dict, dict]:
             launch[a.name] = d
             check[a.name] = d.host() if a.reads_values else d.info()
         else:
+            if isinstance(x, ArrayInfo):  # validate() takes one for a device array's shape: a caller's has no data
+                host_array(a.name, x)  # raises the contract's InputError naming the argument
             launch[a.name] = check[a.name] = x
     return lib, like, check, launch
 

@@ -1,4 +1,5 @@
-"""Every deliberately broken kernel (harness/kernel_mutants.py) must fail the GPU conformance suite."""
+"""Every deliberately broken kernel (harness/kernel_mutants.py) must fail the GPU conformance suite: the same
+tests as the GPU suite's conformance stage (extremes, boundaries, fixtures and every clause), not only its op's."""
 
 import os
 import pathlib
@@ -21,35 +22,26 @@ def test_mutant_patch_applies_and_compiles(name):
         assert runtime.compile_kernel(spec, spec.archs[0]).cubin
 
 
+def test_mutants_run_what_the_conformance_stage_runs():
+    """The GPU suite's conformance stage and the kernel-mutant stage select the same tests (the mutants' run
+    narrowed to those that can run a kernel)."""
+    script = (ROOT / "tools" / "gpu_suite.sh").read_text()
+    stage = script[script.index("stage_conformance() {") : script.index("stage_mutants() {")]
+    selected = re.search(r'"\$PY" -m pytest ((?:\S+ )+?)--impl', stage).group(1).split()
+    assert selected == list(kernel_mutants.CONFORMANCE_PATHS), selected
+    assert re.findall(r"--deselect (\S+)", stage) == list(kernel_mutants.CONFORMANCE_DESELECT)
+    cmd = kernel_mutants.judging_command(sorted(kernel_mutants.MUTANTS)[0], "OUT")
+    assert all(p in cmd for p in kernel_mutants.CONFORMANCE_PATHS) and "conformance/test_extremes.py" not in cmd
+    assert cmd[cmd.index("-k") + 1] == "cuda or gpu"
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS))
 def test_kernel_mutant_is_killed(name, request, tmp_path):
     slug = kernel_mutants.MUTANTS[name][0]
-    # judged by the variants built from the patched source (named, so one outside the default selection runs)
-    impl_args = [a for s in kernel_mutants.mutated_specs(name) for a in ("--impl", f"cuda:{s.variant}")]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        f"conformance/test_{slug}.py",
-        "conformance/test_fixtures.py",
-        *impl_args,
-        "--require-gpu",
-        "-p",
-        "harness.kernel_mutants",
-        "--kernel-mutant",
-        name,
-        "-x",
-        "-q",
-        "-p",
-        "no:xdist",
-        "-p",
-        "no:cacheprovider",
-        "--report-dir",
-        str(tmp_path),
-    ]
+    cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path)]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
     request.node.user_properties.append(

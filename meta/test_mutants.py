@@ -1,7 +1,8 @@
-"""Every mutant of the references (harness/mutants.py) must be caught by the conformance suite.
+"""Every mutant of the references and of the contracts' checks (harness/mutants.py) must be caught by the
+conformance suite.
 
-Each mutant runs its op's conformance tests plus the golden fixtures against the reference in a
-subprocess with the `ci` hypothesis profile (derandomized, so the verdict is reproducible); the first
+Each mutant runs its op's conformance tests plus the golden fixtures and the op's boundary cases against
+the reference in a subprocess with the `ci` hypothesis profile (derandomized, so the verdict is reproducible); the first
 failing test is recorded as the killer, and the report prints the kill count.
 """
 
@@ -32,9 +33,13 @@ def test_mutant_is_killed(name, request, tmp_path):
         sys.executable,
         "-m",
         "pytest",
-        # the golden fixtures first: bit-exact for the reference, so they kill most mutants in seconds
+        # the golden fixtures first: bit-exact for the reference, so they kill most mutants in seconds; then
+        # the op's boundary cases (the edges of its checks: seconds), then its conformance tests (minutes)
         "conformance/test_fixtures.py",
+        "conformance/test_boundaries.py",
         f"conformance/test_{op}.py",
+        "-k",
+        f"not test_boundary or -{op}.",
         "--impl",
         "reference",
         "-p",

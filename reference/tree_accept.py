@@ -65,7 +65,7 @@ def tree_accept(
     tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None, prefix_lens=None
 ):
     """numpy reference of tree_accept: the greedy walk over the link lists, then the commit in increasing j."""
-    checked = TREE_ACCEPT.validate(
+    checked = TREE_ACCEPT.validate_host(
         tokens,
         first_child,
         next_sibling,

@@ -121,7 +121,9 @@ def layouts(
 @TREE_BUILD.implements
 def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with_full_mask=False):
     """numpy reference of tree_build: the DDTree reference's heap, request by request."""
-    checked = TREE_BUILD.validate(top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask)
+    checked = TREE_BUILD.validate_host(
+        top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask
+    )
     prefix_lens = checked.args["prefix_lens"]
     bs, B, D = checked.bs, checked.B, checked.D
     parents = np.full((bs, D), -1, np.int32)

@@ -32,12 +32,14 @@ from . import numerics as nx
 @TREE_VERIFY.implements
 def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
     """numpy reference of tree_verify (production numerics); `tree_verify_float64` is the oracle."""
-    return _run(TREE_VERIFY.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale), "production")
+    return _run(
+        TREE_VERIFY.validate_host(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale), "production"
+    )
 
 
 def tree_verify_float64(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
     """The float64 oracle: out float64 [bs, Q, H, 512], lse float64 [bs, Q, H]."""
-    return _run(TREE_VERIFY.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale), "float64")
+    return _run(TREE_VERIFY.validate_host(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale), "float64")
 
 
 def round_probabilities(p: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -9,8 +9,9 @@
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
 #   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc), then runs every op clause with
-#           --impl engine-cuda, the engine-cuda = NVRTC bit-identity and CUDA decode tests
-#           (conformance/test_engine_cuda.py) and tools/engine_numbers.py for both devices (OUT/engine-numbers/)
+#           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
+#           tests (conformance/test_engine_cuda.py, test_decode_ties.py) and tools/engine_numbers.py for both
+#           devices (OUT/engine-numbers/)
 #   aliases: perf = the four perf_* stages, gate and report; all (default) = conformance mutants sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
 #   baseline: compares OUT/perf-*.json with KDTR_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
@@ -83,9 +84,11 @@ stage_engine_cuda() {
       || return
   run engine_cuda_conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_tree_build.py \
       conformance/test_tree_verify.py conformance/test_tree_accept.py conformance/test_fixtures.py \
-      conformance/test_extremes.py conformance/test_device_arrays.py --impl engine-cuda --require-gpu \
+      conformance/test_extremes.py conformance/test_device_arrays.py conformance/test_boundaries.py \
+      --impl engine-cuda --require-gpu \
       -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/engine_cuda"
-  run engine_cuda_equivalence timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_engine_cuda.py --require-gpu \
+  run engine_cuda_equivalence timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_engine_cuda.py \
+      conformance/test_decode_ties.py --require-gpu \
       --require-tools -n 4 -q -p no:cacheprovider -rA --report-dir "$OUT/logs/engine_cuda_equivalence"
   grep -hE 'vs|bit-exact|acceptance' "$OUT/logs/engine_cuda_equivalence.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
   run engine_numbers timeout -k 30 "$LIMIT" "$PY" tools/engine_numbers.py "$OUT/engine-numbers" --device cuda \

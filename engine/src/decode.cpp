@@ -18,11 +18,11 @@ namespace {
 
 // tokens i32 [bs, len] and optional lengths i32 [bs] (default: every row is a whole prompt).
 std::vector<std::vector<int32_t>> load_prompts(const std::string& path, int64_t vocab) {
-  std::vector<uint8_t> buf;
+  kdtr::FileSource src;
   kdtr::File f;
-  open_kdtr(path, buf, f);
+  open_kdtr(path, src, f);
   try {
-    Reader r(f);
+    Reader r(f, &src);
     const View tok = r.array("tokens", {kI32}, 2);
     const int64_t bs = tok.shape[0], len = tok.shape[1];
     if (bs < 1 || bs > kMaxBatch) fail("tokens", "batch size " + std::to_string(bs) + " is outside 1..1024");
@@ -31,10 +31,10 @@ std::vector<std::vector<int32_t>> load_prompts(const std::string& path, int64_t 
     if (r.has("lengths")) {
       const View lv = r.array("lengths", {kI32}, 1);
       expect_shape("lengths", lv, {bs});
-      lengths = copy_of<int32_t>(lv);
+      lengths = r.copy<int32_t>(lv);
     }
     r.reject_unknown("a prompt tensor (tokens, lengths)");
-    const std::vector<int32_t> t = copy_of<int32_t>(tok);
+    const std::vector<int32_t> t = r.copy<int32_t>(tok);
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t b = 0; b < bs; ++b) {
       if (lengths[sz(b)] < 1 || lengths[sz(b)] > len)

@@ -99,9 +99,9 @@ const float* PagedCache::row(int64_t layer, int64_t b, int64_t pos) const {
 
 Model Model::load(const std::string& path) {
   Model m;
-  std::vector<uint8_t> buf;
+  kdtr::FileSource src;
   kdtr::File f;
-  open_kdtr(path, buf, f);
+  open_kdtr(path, src, f);
   ModelConfig& c = m.cfg_;
   c.vocab = meta_int(f, path, "vocab", 2, 1 << 20);
   c.hidden = meta_int(f, path, "hidden", 1, 1 << 14);
@@ -123,12 +123,12 @@ Model Model::load(const std::string& path) {
   c.rope_theta = meta_number(f, path, "rope_theta");
   c.lm_scale = meta_number(f, path, "lm_scale");
 
-  Reader r(f);
+  Reader r(f, &src);
   auto take = [&](const std::string& name, const std::vector<int64_t>& shape) {
     try {
       const View v = r.array(name, {kF32}, int(shape.size()));
       expect_shape(name, v, shape);
-      return copy_of<float>(v);
+      return r.copy<float>(v);
     } catch (const InputError& e) {
       throw InputError(path, std::string("weights: ") + e.what());
     }

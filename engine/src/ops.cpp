@@ -27,10 +27,10 @@ TensorList op_tree_build(Reader& r, const OpBackend& backend) {
   r.reject_unknown("an input of tree_build");
   const int64_t bs = sh["bs"], L = sh["L"], K_in = sh["K_in"];
 
-  const auto lp_v = copy_of<float>(lp);
-  const auto ids_v = copy_of<int32_t>(ids);
-  const auto roots_v = copy_of<int32_t>(roots);
-  const auto pre_v = copy_of<int32_t>(pre);
+  const auto lp_v = r.copy<float>(lp);
+  const auto ids_v = r.copy<int32_t>(ids);
+  const auto roots_v = r.copy<int32_t>(roots);
+  const auto pre_v = r.copy<int32_t>(pre);
   TreeBuildArgs a;
   a.top_logp = lp_v.data();
   a.top_ids = ids_v.data();
@@ -84,11 +84,11 @@ TensorList op_tree_verify(Reader& r, const OpBackend& backend) {
   const bool bf16 = q.t->dtype == kBF16;
   const size_t item = bf16 ? 2 : 4;
   std::vector<uint8_t> q_v(static_cast<size_t>(q.t->nbytes)), kv_v(static_cast<size_t>(kv.t->nbytes));
-  if (q.t->nbytes) std::memcpy(q_v.data(), q.t->data, q_v.size());
-  if (kv.t->nbytes) std::memcpy(kv_v.data(), kv.t->data, kv_v.size());
-  const auto bt_v = copy_of<int32_t>(bt);
-  const auto pre_v = copy_of<int32_t>(pre);
-  const auto vis_v = copy_of<uint32_t>(vis);
+  r.read(q, q_v.data());
+  r.read(kv, kv_v.data());
+  const auto bt_v = r.copy<int32_t>(bt);
+  const auto pre_v = r.copy<int32_t>(pre);
+  const auto vis_v = r.copy<uint32_t>(vis);
   TreeVerifyArgs a;
   a.q = q_v.data();
   a.kv_cache = kv_v.data();
@@ -130,8 +130,8 @@ TensorList op_tree_accept(Reader& r, const OpBackend& backend) {
   const View tgt = sh.array(r, "target_tokens", {kI32}, {"bs", "D"});
   const int64_t L = r.integer("max_depth", 0, kMaxDepth);
   const int64_t bs = sh["bs"], D = sh["D"];
-  const auto tok_v = copy_of<int32_t>(tok), fc_v = copy_of<int32_t>(fc), ns_v = copy_of<int32_t>(ns),
-             tgt_v = copy_of<int32_t>(tgt);
+  const auto tok_v = r.copy<int32_t>(tok), fc_v = r.copy<int32_t>(fc), ns_v = r.copy<int32_t>(ns),
+             tgt_v = r.copy<int32_t>(tgt);
   TreeAcceptArgs a;
   a.tokens = tok_v.data();
   a.first_child = fc_v.data();
@@ -149,9 +149,9 @@ TensorList op_tree_accept(Reader& r, const OpBackend& backend) {
     const View bt = sh.array(r, "block_table", {kI32}, {"bs", "max_pages"});
     const View pre = sh.array(r, "prefix_lens", {kI32}, {"bs"});
     kv_v.resize(static_cast<size_t>(kv.t->nbytes));
-    if (kv.t->nbytes) std::memcpy(kv_v.data(), kv.t->data, kv_v.size());
-    bt_v = copy_of<int32_t>(bt);
-    pre_v = copy_of<int32_t>(pre);
+    r.read(kv, kv_v.data());
+    bt_v = r.copy<int32_t>(bt);
+    pre_v = r.copy<int32_t>(pre);
     kv_shape = kv.shape;
     kv_code = kv.t->dtype;
     a.kv_cache = kv_v.data();
@@ -191,11 +191,11 @@ void CpuOps::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const 
 
 TensorList run_op(const std::string& op, const kdtr::File& in, int threads) { return run_op(op, in, CpuOps(threads)); }
 
-TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& backend) {
+TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& backend, const kdtr::Source* src) {
   for (const auto& kv : in.meta)
     if (kv.first == "op" && kv.second != op)
       fail("op", "the file's metadata says op=" + kv.second + ", but " + op + " was asked for");
-  Reader r(in);
+  Reader r(in, src);
   if (op == "tree_build") return op_tree_build(r, backend);
   if (op == "tree_verify") return op_tree_verify(r, backend);
   if (op == "tree_accept") return op_tree_accept(r, backend);
@@ -204,10 +204,10 @@ TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& 
 
 void run_op_file(const std::string& op, const std::string& in_path, const std::string& out_path,
                  const OpBackend& backend) {
-  std::vector<uint8_t> buf;
+  kdtr::FileSource src;
   kdtr::File f;
-  open_kdtr(in_path, buf, f);
-  const TensorList out = run_op(op, f, backend);
+  open_kdtr(in_path, src, f);
+  const TensorList out = run_op(op, f, backend, &src);
   write_file(out_path, out.serialize({{"op", op}}));
 }
 

@@ -47,14 +47,7 @@ int64_t Reader::integer(const std::string& name, int64_t lo, int64_t hi) {
   taken_.insert(name);
   if (t->dtype != kI32 && t->dtype != kI64) fail(name, std::string("expected an integer, got ") + numpy_name(t->dtype));
   if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
-  int64_t v;
-  if (t->dtype == kI32) {
-    int32_t x;
-    std::memcpy(&x, t->data, sizeof x);
-    v = x;
-  } else {
-    std::memcpy(&v, t->data, sizeof v);
-  }
+  const int64_t v = t->dtype == kI32 ? scalar<int32_t>(*t) : scalar<int64_t>(*t);
   if (v < lo || v > hi) fail(name, std::to_string(v) + " is outside " + std::to_string(lo) + ".." + std::to_string(hi));
   return v;
 }
@@ -66,14 +59,7 @@ double Reader::real(const std::string& name) {
   if (t->dtype != kF64 && t->dtype != kF32)
     fail(name, std::string("dtype ") + numpy_name(t->dtype) + ", expected float64 (a rank-0 tensor)");
   if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
-  if (t->dtype == kF32) {
-    float x;
-    std::memcpy(&x, t->data, sizeof x);
-    return double(x);
-  }
-  double x;
-  std::memcpy(&x, t->data, sizeof x);
-  return x;
+  return t->dtype == kF32 ? double(scalar<float>(*t)) : scalar<double>(*t);
 }
 
 bool Reader::flag(const std::string& name) {
@@ -82,8 +68,18 @@ bool Reader::flag(const std::string& name) {
   taken_.insert(name);
   if (t->dtype != kBool) fail(name, std::string("dtype ") + numpy_name(t->dtype) + ", expected bool (a rank-0 tensor)");
   if (t->rank != 0) fail(name, "expected a scalar (a rank-0 tensor), got rank " + std::to_string(int(t->rank)));
-  if (t->data[0] > 1) fail(name, "a bool byte other than 0 or 1");
-  return t->data[0] == 1;
+  const uint8_t b = scalar<uint8_t>(*t);
+  if (b > 1) fail(name, "a bool byte other than 0 or 1");
+  return b == 1;
+}
+
+void Reader::read(const kdtr::Tensor& t, void* dst) const {
+  if (!src_) {
+    if (t.nbytes) std::memcpy(dst, t.data, size_t(t.nbytes));
+    return;
+  }
+  if (const kdtr::Error e = kdtr::read_tensor(*src_, t, static_cast<uint8_t*>(dst)))
+    fail(t.name, "cannot be read from the file (" + e.what() + ")");
 }
 
 void Reader::reject_unknown(const std::string& what) const {
@@ -171,8 +167,10 @@ void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   }
 }
 
-void open_kdtr(const std::string& path, std::vector<uint8_t>& buf, kdtr::File& f) {
-  const kdtr::Error e = kdtr::open_file(path, buf, f);
+void open_kdtr(const std::string& path, kdtr::FileSource& src, kdtr::File& f) {
+  f = kdtr::File{};
+  kdtr::Error e = src.open(path);
+  if (!e) e = kdtr::open_source(src, f);
   if (e) {
     char code[8];
     std::snprintf(code, sizeof code, "E%02d", int(e.code));

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdarg>
@@ -560,6 +561,22 @@ inline Error check_file(const std::string& path, File& out, const Options& opt =
   FileSource src;
   if (Error e = src.open(path)) return e;
   return open_source(src, out, opt);
+}
+
+// Copy tensor `t` of a file validated from `src` (open_source, check_file) into dst[0, t.nbytes), and check
+// the copy as open_source checks the file (data CRC, BOOL bytes, as `opt` asks): the bytes handed out are
+// the bytes checked even if the file changed since it was validated. Memory: dst alone, so a caller that
+// reads only the tensors it needs holds the index and those tensors, whatever the file's size.
+inline Error read_tensor(const Source& src, const Tensor& t, uint8_t* dst, const Options& opt = {}) {
+  if (t.nbytes == 0) return {};
+  if (Error e = src.read(t.offset, dst, t.nbytes)) return e;
+  if (opt.verify_data) {
+    const uint32_t c = crc32(dst, t.nbytes);
+    if (c != t.crc) return fail(Code::DATA_CRC, detail::fmt("data CRC 0x%08x != computed 0x%08x", t.crc, c), -1, sanitize(t.name));
+  }
+  if (opt.check_bool && t.dtype == 1 && !std::all_of(dst, dst + t.nbytes, [](uint8_t b) { return b <= 1; }))
+    return fail(Code::BAD_BOOL, "BOOL byte other than 0 or 1", -1, sanitize(t.name));
+  return {};
 }
 
 // Read the KDTR file in `src` into `buf` and fill `out` with views into it. The header, index and pads

@@ -215,6 +215,35 @@ static void read_failures_and_paths(const std::string& dir) {
   expect_code(kdtr::check_file(dir, g), kdtr::Code::IO, "check_file of a directory");
 }
 
+// read_tensor: a tensor of a checked file copied out alone, the copy checked again (the file may have
+// changed since it was checked: a flipped data byte is E33, a BOOL byte 2 is E34, unless opt says not to).
+static void read_tensor_checks() {
+  static const uint8_t bytes[8] = {1, 0, 1, 1, 5, 6, 7, 8};
+  kdtr::File f;
+  f.tensors.push_back(tensor("a", 2, {8}, bytes));
+  f.tensors.push_back(tensor("b", 1, {4}, bytes));
+  f.tensors.push_back(tensor("c", 12, {0, 3}, nullptr));
+  std::vector<uint8_t> good = kdtr::write_canonical(f);
+  kdtr::File g;
+  FailingSource src(good, 0);
+  expect(!kdtr::open_source(src, g) && g.tensors[0].data == nullptr, "a streamed file for read_tensor");
+  uint8_t out[8] = {};
+  expect(!kdtr::read_tensor(src, g.tensors[0], out) && std::memcmp(out, bytes, 8) == 0, "read_tensor copies a tensor");
+  expect(!kdtr::read_tensor(src, g.tensors[1], out) && std::memcmp(out, bytes, 4) == 0, "read_tensor of a BOOL tensor");
+  expect(!kdtr::read_tensor(src, g.tensors[2], nullptr), "read_tensor of an empty tensor reads nothing");
+  good[64] ^= 0x40;  // a's first byte changed after the check: 0x41
+  good[128] = 2;     // b's first byte: not a BOOL byte
+  expect_code(kdtr::read_tensor(src, g.tensors[0], out), kdtr::Code::DATA_CRC, "read_tensor checks the copy's CRC");
+  kdtr::Options lax;
+  lax.verify_data = false;
+  expect(!kdtr::read_tensor(src, g.tensors[0], out, lax) && out[0] == 0x41, "read_tensor without verify_data");
+  expect_code(kdtr::read_tensor(src, g.tensors[1], out, lax), kdtr::Code::BAD_BOOL, "read_tensor checks BOOL bytes");
+  lax.check_bool = false;
+  expect(!kdtr::read_tensor(src, g.tensors[1], out, lax) && out[0] == 2, "read_tensor without check_bool");
+  FailingSource broken(good, 1);
+  expect_code(kdtr::read_tensor(broken, g.tensors[0], out), kdtr::Code::IO, "read_tensor passes a read failure on");
+}
+
 static void helpers() {
   const uint8_t n[300] = {'a'};
   uint64_t r = 7;
@@ -265,6 +294,7 @@ int main(int argc, char** argv) {
   file_source_errors(argv[1]);
   writer_limits();
   read_failures_and_paths(argv[1]);
+  read_tensor_checks();
   helpers();
   crc_and_utf8();
   std::printf("kdtr-test: %d checks passed\n", checks);

@@ -40,12 +40,17 @@ const std::vector<std::string>& op_slugs();
 
 // Validates the op file's tensors completely (dtypes, shapes, ranges, values, tree structure,
 // addressing; unknown tensors; a metadata `op` other than `op`) and runs the op on `backend`.
-// Throws InputError naming the tensor (or `op`) on bad input, before the backend sees anything.
-TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& backend);
+// Throws InputError naming the tensor (or `op`) on bad input, before the backend sees anything. The
+// tensors' bytes are in memory, or with `src` (the source `in` was checked from) read from it as needed,
+// after the checks that need no values: a tensor of the wrong dtype or shape is never read.
+TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& backend,
+                  const kdtr::Source* src = nullptr);
 // The same on the CPU with up to `threads` threads.
 TensorList run_op(const std::string& op, const kdtr::File& in, int threads);
 
-// run_op from IN to OUT; errors name the file or the tensor.
+// run_op from IN to OUT; errors name the file or the tensor. IN is read as kdtr-inspect reads files (open_kdtr)
+// and only the tensors the op takes are read into memory: peak memory is IN's index, its tensors, and the
+// results, whatever else IN holds (a tensor the op does not take is refused unread).
 void run_op_file(const std::string& op, const std::string& in_path, const std::string& out_path,
                  const OpBackend& backend);
 

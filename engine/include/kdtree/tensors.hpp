@@ -27,10 +27,13 @@ struct View {
   int64_t numel() const;
 };
 
-// Reads tensors by name, remembering which names were taken so unknown extras can be rejected.
+// Reads tensors by name, remembering which names were taken so unknown extras can be rejected. Without a
+// source the tensors' bytes are in memory (kdtr::open_memory); with one (open_kdtr) nothing but the index is
+// held until a tensor's values are asked for, and then that tensor alone is read from the file and its copy
+// checked against its CRC again (kdtr::read_tensor): a file's memory cost is the index and the tensors used.
 class Reader {
  public:
-  explicit Reader(const kdtr::File& f) : f_(f) {}
+  explicit Reader(const kdtr::File& f, const kdtr::Source* src = nullptr) : f_(f), src_(src) {}
   bool has(const std::string& name) const { return f_.find(name) != nullptr; }
   // The tensor `name` with one of `codes` and rank `rank` (-1 = any); InputError otherwise.
   View array(const std::string& name, std::initializer_list<uint16_t> codes, int rank);
@@ -42,9 +45,28 @@ class Reader {
   bool flag(const std::string& name);
   // InputError for the first tensor that nobody asked for (`what` names the file's role).
   void reject_unknown(const std::string& what) const;
+  // The view's bytes (v.t->nbytes of them) into dst; InputError naming the tensor when the file cannot be
+  // read or no longer matches what was checked.
+  void read(const View& v, void* dst) const { read(*v.t, dst); }
+  // A copy of a view's elements (copying keeps every later access aligned and independent of the file).
+  template <class T>
+  std::vector<T> copy(const View& v) const {
+    std::vector<T> out(size_t(v.numel()));
+    read(v, out.data());
+    return out;
+  }
 
  private:
+  void read(const kdtr::Tensor& t, void* dst) const;
+  // A rank-0 tensor's bytes, after its dtype and rank were checked.
+  template <class T>
+  T scalar(const kdtr::Tensor& t) const {
+    T x;
+    read(t, &x);
+    return x;
+  }
   const kdtr::File& f_;
+  const kdtr::Source* src_;
   std::set<std::string> taken_;
 };
 
@@ -83,14 +105,6 @@ class Shapes {
   std::map<std::string, int64_t> dims_;
 };
 
-// A copy of a view's elements (copying keeps every later access aligned and independent of the file).
-template <class T>
-std::vector<T> copy_of(const View& v) {
-  std::vector<T> out(size_t(v.numel()));
-  if (v.t->nbytes) std::memcpy(out.data(), v.t->data, size_t(v.t->nbytes));
-  return out;
-}
-
 // Tensors to write, owned. Names must be unique; add() keeps them in name order for the writer.
 class TensorList {
  public:
@@ -117,7 +131,10 @@ class TensorList {
 // sees a torn file. InputError naming the path when it cannot.
 void write_file(const std::string& path, const std::vector<uint8_t>& bytes);
 
-// Reads and validates a KDTR file (data CRCs included); InputError naming the path on any problem.
-void open_kdtr(const std::string& path, std::vector<uint8_t>& buf, kdtr::File& f);
+// Opens and validates the KDTR file at `path` (its structure and every data CRC, streamed through a fixed
+// buffer as kdtr-inspect checks files: memory stays within the index whatever the file's size) and keeps it
+// open in `src`, for a Reader over (f, &src) to read the tensors it needs. InputError naming the path on any
+// problem.
+void open_kdtr(const std::string& path, kdtr::FileSource& src, kdtr::File& f);
 
 }  // namespace kdtree
