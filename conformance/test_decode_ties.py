@@ -99,10 +99,7 @@ def golden_ar(model):
 
 @pytest.fixture(scope="module")
 def engine_built(request):
-    try:
-        return tools.binary("kdtree-engine")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtree-engine")
 
 
 @pytest.mark.spec("EN.4.7")
@@ -194,7 +191,7 @@ def test_engine_cuda_resolves_ties_as_the_golden_model(request, engine_built, mo
         pytest.skip(f"GPU unavailable: {p.reason}")
     if not engine.cuda_variants():  # the conformance stage's engine may be the CPU build: engine_cuda's is not
         why = "the engine was built without its CUDA backend (tools/gpu_suite.sh OUT engine_cuda builds it)"
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(why)
+        tools.missing(request.config, why)
     runs, logits, _ = golden_ar
     kw = {"device": "cuda", "dump_cache": True}
     eng = decoding.engine_decode(model_file, prompts(), tmp_path / "ar", mode="ar", max_new=MAX_NEW, **kw)

@@ -34,10 +34,7 @@ OPS = ("tree_build", "tree_verify", "tree_accept")
 def exe(request):
     """The engine binary; every test here needs it (the ones calling harness.engine too), so a machine that
     has not built it skips them with the reason (fails them under --require-tools)."""
-    try:
-        return tools.binary("kdtree-engine")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtree-engine")
 
 
 def cli(exe, *args, stdin=None):
@@ -559,10 +556,7 @@ def test_serve_keeps_serving_after_bad_requests(exe, tmp_path):
 @pytest.mark.spec("EN.2.4")
 def test_op_path_libfuzzer_smoke(request, tmp_path):
     """libFuzzer + ASan/UBSan over the op input path, seeded with valid op files; any crash fails."""
-    try:
-        fuzz = tools.binary("kdtree-engine-fuzz")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    fuzz = tools.required_binary(request.config, "kdtree-engine-fuzz")
     seconds = int(os.environ.get("KDTR_FUZZ_SECONDS", "60"))
     seeds = tmp_path / "corpus"
     seeds.mkdir()
@@ -595,10 +589,7 @@ def test_op_path_libfuzzer_smoke(request, tmp_path):
 # --- EN.3 C ABI -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kdtree_cpu(request):
-    try:
-        path = tools.library("kdtree_cpu")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    path = tools.required_library(request.config, "kdtree_cpu")
     mod = tools.load_source("engine/python/kdtree_cpu.py")
     return mod, mod.KdtreeCpu(path)
 

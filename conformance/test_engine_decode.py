@@ -24,10 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def engine_built(request):
-    try:
-        tools.binary("kdtree-engine")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    tools.required_binary(request.config, "kdtree-engine")
 
 
 @pytest.fixture(scope="module")
@@ -128,10 +125,7 @@ def test_golden_ddtree_through_reference_ops_equals_golden_ar(request, engine_bu
 
 @pytest.mark.spec("EN.4.2")
 def test_drafter_noise_is_the_same_bits_in_numpy_and_cpp(request):
-    try:
-        path = tools.library("kdtree_cpu")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    path = tools.required_library(request.config, "kdtree_cpu")
     mod = tools.load_source("engine/python/kdtree_cpu.py")
     lib = mod.KdtreeCpu(path)
     for seed, P, d in [(0, 0, 1), (7, 123, 5), (2**63 - 1, 1000, 32), (12345, 1, 8)]:

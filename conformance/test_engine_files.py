@@ -21,10 +21,7 @@ BASE_RSS = 32 * MiB
 
 @pytest.fixture(scope="module")
 def exe(request):
-    try:
-        return tools.binary("kdtree-engine")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtree-engine")
 
 
 def _sparse(path, tensors, zeros, op):

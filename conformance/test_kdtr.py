@@ -42,10 +42,7 @@ CLAUSE_OF = {
 
 @pytest.fixture(scope="session")
 def cpp_reader(request):
-    try:
-        return tools.binary("kdtr-inspect")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtr-inspect")
 
 
 def read(reader: str, path: pathlib.Path, *, verify: bool = True) -> dict:
@@ -334,10 +331,7 @@ def _fuzz(request, cmd: list[str], tmp_path) -> None:
 def test_libfuzzer_smoke(request, reader, tmp_path):
     """libFuzzer + ASan/UBSan over the C++ reader with every check on (CRCs fixed up by the target's
     mutator) and the canonical round-trip check compiled in."""
-    try:
-        fuzz = tools.binary("kdtr-fuzz")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    fuzz = tools.required_binary(request.config, "kdtr-fuzz")
     _fuzz(request, [str(fuzz), "-use_value_profile=1"], tmp_path)
 
 
@@ -349,5 +343,5 @@ def test_atheris_smoke(request, reader, tmp_path):
     try:
         import atheris  # noqa: F401
     except ImportError as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(f"atheris: {e}")
+        tools.missing(request.config, f"atheris: {e}")
     _fuzz(request, [sys.executable, str(ROOT / "tools" / "fuzz_kdtr.py")], tmp_path)

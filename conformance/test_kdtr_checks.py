@@ -25,10 +25,7 @@ E = kdtr.Code
 
 @pytest.fixture(scope="module")
 def cpp_reader(request):
-    try:
-        return tools.binary("kdtr-inspect")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtr-inspect")
 
 
 @pytest.mark.spec("KDTR.4.3")

@@ -16,10 +16,7 @@ ROOT = tools.ROOT
 
 
 def _binary(request, name):
-    try:
-        return tools.binary(name)
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, name)
 
 
 @pytest.mark.spec("KDTR.2.3", "KDTR.3.8")
@@ -85,7 +82,7 @@ def test_inspect_on_path_after_setup(request, reader):
     built = ROOT / "build" / "kdtr" / "kdtr-inspect"  # what `make setup` built (not KDTR_BUILD_DIR's)
     venv = ROOT / ".venv" / "bin"
     if not (venv / "activate").is_file():
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)("no .venv: run `make setup`")
+        tools.missing(request.config, "no .venv: run `make setup`")
     out = subprocess.run(
         ["bash", "-c", ". .venv/bin/activate && command -v kdtr-inspect && kdtr-inspect --help"],
         cwd=ROOT,

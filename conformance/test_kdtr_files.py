@@ -29,10 +29,7 @@ BASE_RSS = 16 << 20
 
 @pytest.fixture(scope="module")
 def inspect_bin(request):
-    try:
-        return tools.binary("kdtr-inspect")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    return tools.required_binary(request.config, "kdtr-inspect")
 
 
 def peak_rss(cmd: list[str], timeout: float = 60) -> tuple[dict, int]:

@@ -25,7 +25,7 @@ BUILDS = [pytest.param(s, a, id=f"{s.name}@{a}") for s in specs.SPECS for a in s
 def _nvrtc_available(request):
     ok, why = device.nvrtc_available()
     if not ok:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(f"NVRTC unavailable: {why}")
+        tools.missing(request.config, f"NVRTC unavailable: {why}")
 
 
 @pytest.mark.spec("KB.1.1", "KB.1.2")
@@ -301,14 +301,11 @@ def test_every_budget_bound_variant_is_certified():
 @pytest.mark.spec("KB.1.7")
 def test_engine_build_fits_its_archs(request):
     """The engine's nvcc build (its entries renamed ENTRY__SLUG__VARIANT) against the same limits and launches."""
-    try:
-        binary = tools.binary("kdtree-engine")
-    except tools.ToolMissing as e:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(str(e))
+    binary = tools.required_binary(request.config, "kdtree-engine")
     usage = _usage(binary)
     if not usage:
         why = "kdtree-engine was built without nvcc (tools/setup.sh says why): it embeds no cubin"
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(why)
+        tools.missing(request.config, why)
     bad = {}
     for spec in specs.SPECS:
         for arch in spec.archs:

@@ -9,6 +9,7 @@ import pathlib
 import resource
 import subprocess
 import sys
+from typing import NoReturn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUILD = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", ROOT / "build"))
@@ -42,6 +43,31 @@ def library(name: str) -> pathlib.Path:
         where = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
         raise ToolMissing(f"lib{name}.so is not built ({where}); run `make setup`")
     return p
+
+
+def missing(config, why: str) -> NoReturn:
+    """A project tool (a build, a package, NVRTC) a test needs is missing: a failure under --require-tools
+    (CI and the GPU runners), else a skip saying why."""
+    import pytest
+
+    (pytest.fail if config.getoption("--require-tools") else pytest.skip)(why)
+    raise AssertionError("unreachable")  # pytest.fail and pytest.skip raise
+
+
+def required_binary(config, name: str) -> pathlib.Path:
+    """binary(name) for a test: missing() when it is not built."""
+    try:
+        return binary(name)
+    except ToolMissing as e:
+        missing(config, str(e))
+
+
+def required_library(config, name: str) -> pathlib.Path:
+    """library(name) for a test: missing() when it is not built."""
+    try:
+        return library(name)
+    except ToolMissing as e:
+        missing(config, str(e))
 
 
 def load_source(rel: str):

@@ -4,7 +4,7 @@ ceiling measurement are right: the fill pattern's numpy twin and the launch geom
 import numpy as np
 import pytest
 
-from harness import device
+from harness import device, tools
 from harness.bench import ceilings
 from kernels_cu import runtime
 
@@ -14,7 +14,7 @@ from kernels_cu import runtime
 def test_copy_kernel_compiles_without_spills(request, arch):
     ok, why = device.nvrtc_available()
     if not ok:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(f"NVRTC unavailable: {why}")
+        tools.missing(request.config, f"NVRTC unavailable: {why}")
     c = runtime.compile_kernel(ceilings.COPY_SPEC, arch)
     assert c.cubin[:4] == b"\x7fELF"
     assert {"copy_kernel", "fill_kernel", "read_kernel"} <= set(c.resources), c.log

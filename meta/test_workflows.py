@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-import pytest
+from harness import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(sys.executable).parent  # the test extra installs both linters into the environment
@@ -17,9 +17,7 @@ BIN = pathlib.Path(sys.executable).parent  # the test extra installs both linter
 def _tool(request, name):
     path = shutil.which(name, path=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
     if path is None:
-        (pytest.fail if request.config.getoption("--require-tools") else pytest.skip)(
-            f"{name} is not installed (pip install -e '.[test]')"
-        )
+        tools.missing(request.config, f"{name} is not installed (pip install -e '.[test]')")
     return path
 
 
