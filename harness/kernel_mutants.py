@@ -230,8 +230,8 @@ MUTANTS |= {
     ),
     "k_tv90_tail_rows_not_zeroed": (  # rows past prefix_len + Q in the last page reach P·V (0 x NaN)
         "tree_verify",
-        "if (j != nblk - 1 || nv >= kBN) return false;",
-        "if (true) return false;",
+        "if (j != nblk - 1 || nv >= kBN) return;",
+        "if (true) return;",
         SM90A,
     ),
     "k_tv90_unmasked_boundary_block": (  # the prefix fast path taken by a block holding tree rows

@@ -272,11 +272,22 @@ struct Cta {
     if constexpr (!ODD && LO <= 8 && 8 < HI) s_slab<8>(s, j, false);
   }
 
+  // The first S of a warpgroup, before its loop: the whole block, waited for.
+  template <bool ODD>
+  __device__ __forceinline__ void first_s(float (&s)[32], int j) const {
+    if (j >= nblk) return;
+    pin(s);
+    s_block<ODD, 0, 9>(s, j);
+    wg_commit();
+    wg_wait<0>();
+    pin(s);
+  }
+
   // Zero the rows at or past kend of block j's slabs 0..7 (what P·V reads) if it is the last block and
   // partial, and wait until the whole warpgroup has (kExZero0 + wg) before its own P·V reads them.
-  __device__ bool zero_tail(int j, int wt, int wg) const {
+  __device__ void zero_tail(int j, int wt, int wg) const {
     const int nv = kend - (kb0 + j * kBN);
-    if (j != nblk - 1 || nv >= kBN) return false;
+    if (j != nblk - 1 || nv >= kBN) return;
     for (int i = wt; i < (kBN - nv) * 64; i += 128) {
       const int r = nv + (i >> 6), c = i & 63;  // 64 16-byte chunks per row over slabs 0..7
       const uint32_t a = buf(j) + (c >> 3) * kSlab + r * 128 + ((c & 7) << 4);
@@ -285,7 +296,6 @@ struct Cta {
     fence_async_smem();
     mbar_arrive(ex(kExZero0 + wg));
     mbar_wait(ex(kExZero0 + wg), 0);
-    return true;
   }
 };
 
@@ -507,13 +517,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   const int npairs = (x.nblk + 1) / 2;
 
   if (wg == 0) {  // ------------------------------------------------ warpgroup 0: even blocks, columns 0..255
-    if (x.nblk > 0) {
-      pin(sacc);
-      x.s_block<false, 0, 9>(sacc, 0);
-      wg_commit();
-      wg_wait<0>();
-      pin(sacc);
-    }
+    x.first_s<false>(sacc, 0);
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
@@ -568,13 +572,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(sacc);
     }
   } else {  // -------------------------------------------------------- warpgroup 1: odd blocks, columns 256..511
-    if (x.nblk > 1) {
-      pin(sacc);
-      x.s_block<true, 0, 9>(sacc, 1);
-      wg_commit();
-      wg_wait<0>();
-      pin(sacc);
-    }
+    x.first_s<true>(sacc, 1);
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
