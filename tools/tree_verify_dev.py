@@ -338,13 +338,7 @@ def time_configs(json_path=None) -> int:
     print(f"ceilings: copy {copy:.0f} GB/s (read+write), bf16 matmul 8192^3 {mm:.0f} TFLOP/s", flush=True)
     results = [time_one(*c, copy=copy, mm=mm) for c in CONFIGS]
     table(results, copy, mm)
-    knockouts = []
-    for name, patches in VARIANTS.items():  # knock-out and micro variants: where the time goes (timing only)
-        patched = dataclasses.replace(SPEC, patches=tuple(patches))
-        for c in VARIANT_CONFIGS:
-            r = time_one(*c, copy=copy, mm=mm, spec=patched)
-            r["variant"] = name
-            knockouts.append(r)
+    knockouts = time_patched(SPEC, VARIANTS, VARIANT_CONFIGS, copy, mm)  # where the time goes (timing only)
     print("\n| variant | bs | Q | H | prefix | µs | useful TFLOP/s |")
     print("|---|---|---|---|---|---|---|")
     for r in knockouts:
@@ -388,17 +382,20 @@ KNOCKOUT_CONFIGS_SM90A = [(8, 64, 128, 8192, "bf16", None), (128, 1, 128, 8192, 
                           (128, 1, 16, 8192, "bf16", None), (1, 2, 64, 8192, "bf16", None)]  # fmt: skip
 
 
+def time_patched(spec, variants, configs, copy, mm) -> list[dict]:
+    """Every config timed with every variant's source patches applied to spec (rows carry the variant's name)."""
+    rows = []
+    for name, patches in variants.items():
+        patched = dataclasses.replace(spec, patches=tuple(patches))
+        for c in configs:
+            rows.append({**time_one(*c, copy=copy, mm=mm, spec=patched), "variant": name})
+    return rows
+
+
 def knockouts(json_path=None) -> int:
     """sm90a with one stage removed at a time (kernels_cu/PERF_NOTES.md: base minus knock-out = that stage)."""
     copy, mm = ceilings()
-    spec = specs.get("tree_verify", "sm90a")
-    rows = []
-    for name, patches in VARIANTS_SM90A.items():
-        patched = dataclasses.replace(spec, patches=tuple(patches))
-        for c in KNOCKOUT_CONFIGS_SM90A:
-            r = time_one(*c, copy=copy, mm=mm, spec=patched)
-            r["variant"] = name
-            rows.append(r)
+    rows = time_patched(specs.get("tree_verify", "sm90a"), VARIANTS_SM90A, KNOCKOUT_CONFIGS_SM90A, copy, mm)
     print("\n| sm90a variant | bs | Q | H | prefix | chunk x splits | µs | useful TFLOP/s |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
