@@ -63,6 +63,8 @@ stage_mutants() {
   grep -E '^\| k_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
+  local TV_VARIANTS  # from the specs, not a second list
+  TV_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.for_op("tree_verify")))')
   # tree_build and tree_accept through their conformance tests; tree_verify through the dev tool's sanitize
   # case list (every dtype path, forced splits, page sizes: its hypothesis tests take too long under a tool)
   for tool in memcheck racecheck initcheck synccheck; do
@@ -71,7 +73,7 @@ stage_sanitizer() {
         conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
         conformance/test_extremes.py conformance/test_kernels_build.py --impl cuda --require-gpu -p no:xdist -q \
         -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
-    for v in portable sm90a portable_99k; do  # portable_99k: sm_120's tiles, built for sm_90
+    for v in $TV_VARIANTS; do  # every tree_verify variant (portable_99k: sm_120's tiles, built for sm_90)
       run "sanitizer_${tool}_tree_verify_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
           --error-exitcode 99 --print-limit 20 "$PY" tools/tree_verify_dev.py sanitize --variant "$v"
     done
