@@ -8,7 +8,8 @@
 #   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
-#   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc), then runs every op clause with
+#   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc; KDTR_ENGINE_PREBUILT=1 takes build/engine as it is),
+#           then runs every op clause with
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
 #           tests (conformance/test_engine_cuda.py, test_decode_ties.py) and tools/engine_numbers.py for both
 #           devices (OUT/engine-numbers/)
@@ -53,12 +54,13 @@ summary "kdtree-conformance GPU suite, revision $GIT_REVISION, $NGPU GPU(s), $(d
 stage_conformance() {
   # every clause on the GPU for every cuda variant and the reference (the CPU-only reference mutants and the
   # kernel mutants, which have their own stage, are left out)
-  run conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl reference --require-gpu \
-      -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --deselect meta/test_mutants.py \
-      --deselect meta/test_kernel_mutants.py
+  # SIGINT at the limit: pytest still prints what failed, the slowest tests and the report of what ran
+  run conformance timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl reference \
+      --require-gpu -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --durations=30 \
+      --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
 }
 stage_mutants() {
-  run kernel_mutants timeout -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py -n "${JOBS:-8}" -q \
+  run kernel_mutants timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py -n "${JOBS:-8}" -q \
       -p no:cacheprovider --report-dir "$OUT/logs/mutants"
   grep -E '^\| k_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
@@ -81,9 +83,11 @@ stage_sanitizer() {
 }
 stage_engine_cuda() {
   local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  run engine_cuda_build bash -c "cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release -DKDTREE_CUDA=ON \
+  if [ -n "${KDTR_ENGINE_PREBUILT:-}" ]; then  # an engine built elsewhere with -DKDTREE_CUDA=ON (nvcc needs no GPU)
+    run engine_cuda_build build/engine/kdtree-engine variants || return
+  else run engine_cuda_build bash -c "cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release -DKDTREE_CUDA=ON \
       -DCMAKE_CUDA_COMPILER=$nvcc && cmake --build build/engine -j $(nproc) && build/engine/kdtree-engine variants" \
-      || return
+      || return; fi
   run engine_cuda_conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_tree_build.py \
       conformance/test_tree_verify.py conformance/test_tree_accept.py conformance/test_fixtures.py \
       conformance/test_extremes.py conformance/test_device_arrays.py conformance/test_boundaries.py \
