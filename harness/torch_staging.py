@@ -21,9 +21,18 @@ def _torch():
 
 
 def to_device(a: np.ndarray):
-    """A plain numpy array as a contiguous torch tensor on the current CUDA device (same dtype and bits)."""
+    """A plain numpy array as a torch tensor on the current CUDA device (same shape, dtype and bits).
+
+    A broadcast view (a zero stride: the boundary cases' arrays of zeros of any shape) is staged as its
+    distinct values, expanded on the device the way numpy views them: materialized it could need terabytes,
+    and the implementation must still see the shape it has to refuse. 0-d arrays stay 0-d (numpy's
+    ascontiguousarray would make them 1-d, and a rank check would then see the wrong rank)."""
     torch = _torch()
-    a = np.ascontiguousarray(a)
+    if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True)):
+        distinct = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+        return to_device(np.ascontiguousarray(distinct)).expand(a.shape)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
     if a.dtype == contract.BF16:
         return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
     return torch.from_numpy(a).cuda()

@@ -237,6 +237,40 @@ def test_staging_round_trips_bf16_on_the_cpu():
     assert back.dtype == contract.BF16 and (back.view(np.int16) == a.view(np.int16)).all()
 
 
+class _FakeTensor:
+    """Just enough of a torch tensor for to_device: numpy underneath, .cuda() a no-op."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def cuda(self):
+        return self
+
+    def view(self, dtype):
+        return self
+
+    def expand(self, shape):
+        return _FakeTensor(np.broadcast_to(self.a, shape))
+
+
+def test_staging_keeps_rank_and_broadcast_views(monkeypatch):
+    """to_device stages what the implementation must see: a 0-d array stays 0-d (a rank check must see rank 0),
+    and a broadcast view of any size is staged as its distinct values and expanded, never materialized (a
+    boundary case's 4608 GiB cache of zeros must reach the implementation's own check, not the allocator)."""
+    import types
+
+    from harness import torch_staging
+
+    fake = types.SimpleNamespace(from_numpy=_FakeTensor, bfloat16="bf16")
+    monkeypatch.setattr(torch_staging, "_torch", lambda: fake)
+    assert torch_staging.to_device(np.array(7, np.int32)).a.shape == ()
+    huge = np.broadcast_to(np.zeros((), contract.BF16), (1 << 22, 64, 576))
+    t = torch_staging.to_device(huge)
+    assert t.a.shape == huge.shape and t.a.base is not None and t.a.strides == (0, 0, 0)
+    rows = np.broadcast_to(np.arange(3, dtype=np.int32)[:, None], (3, 1 << 40))
+    assert (torch_staging.to_device(rows).a[:, 12345] == [0, 1, 2]).all()
+
+
 # --- the peers' oracle check, on the CPU --------------------------------------------------------------------
 def test_peer_check_catches_a_comparator_that_computes_something_else():
     """peers.check passes the oracle's own answer rounded to bf16 and fails a broken comparator: the same
