@@ -112,6 +112,10 @@ def test_stages_partition_the_suite(perf_items):
         for bs, B in [(1, 16), (64, 16), (1, 64), (64, 64), (16, 256)]
         for v in targets.variants("tree_build")
     }
+    # the fallback gate's runs: two cells (the non-select variants are collected there and skip themselves)
+    assert {n.split("::")[-1] for n in _in(perf_items, "gate_fallback") - ceilings} == {
+        f"test_tree_build[bs{bs}-B{B}-{v}]" for bs, B in [(1, 64), (16, 256)] for v in targets.variants("tree_build")
+    }
 
 
 def test_quick_grid_is_smaller(perf_items):
