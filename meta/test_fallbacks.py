@@ -1,6 +1,8 @@
 """The fallback rate of tree_build's select variants, as the benchmark measures it: the reporting build and the
 counting of its n_nodes codes (kernels_cu/tree_build_ops.py, shared with tools/tree_build_dev.py), when a launch
-selects at all, and the adversarial input family (harness/bench/fallbacks.py)."""
+selects at all, the adversarial input family (harness/bench/fallbacks.py), and the planted build that always falls
+back (harness/kernel_mutants.py's slow_tb_always_fallback) reaching the reporting builds. The GPU half: the planted
+build replays every request where the registered one replays none."""
 
 import sys
 
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from contract import TREE_BUILD
+from harness import kernel_mutants
 from harness.bench import fallbacks, record, targets
 from kernels_cu import runtime, specs, tree_build_ops
 from reference import tree_build as ref
@@ -113,7 +116,40 @@ def test_measure_counts_both_families_into_the_record(monkeypatch):
     assert record.problems(info) == []
 
 
+def test_the_planted_build_reaches_every_reporting_build():
+    """Under `--kernel-mutant slow_tb_always_fallback` the benchmark measures reporting_spec() of the patched specs:
+    the patch survives it for every select variant, sits in the one check the three select builds share, and the
+    planted reporting builds compile (so the gate_fallback stage measures the planted build, not the registered one)."""
+    mutated = {s.variant: s for s in kernel_mutants.mutated_specs("slow_tb_always_fallback")}
+    assert set(SELECT) <= set(mutated)
+    for v in SELECT:
+        rep = tree_build_ops.reporting_spec(mutated[v])
+        assert rep.patches == mutated[v].patches
+        src, _ = runtime.source_with_headers(rep)
+        finish = src[src.index("int select_finish(") : src.index("int select_build(")]
+        assert "const int status = kUnverified;  // planted" in finish
+        assert runtime.compile_kernel(rep, rep.archs[0]).cubin
+
+
 # --- on a GPU -----------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["select_verify", "select_warp", "select_race"])
+def test_planted_build_falls_back_in_every_request(variant):
+    """bs 16, B 256 (every select variant selects there on an H200): the registered build's reporting build takes
+    its selection in every request of the benchmark's rows, the planted one in none."""
+    args = _bench_inputs(16, 256)
+    if tree_build_ops.selection_off(
+        specs.get("tree_build", variant), 16, 256, 15, 256, sm_count=runtime.sm_count(),
+        block_limit=runtime.smem_optin_limit(),
+    ):  # fmt: skip
+        pytest.skip("this GPU runs no selection at bs 16, B 256")
+    normal = tree_build_ops.fallbacks(specs.get("tree_build", variant), *args)
+    planted = {s.variant: s for s in kernel_mutants.mutated_specs("slow_tb_always_fallback")}[variant]
+    got = tree_build_ops.fallbacks(planted, *args)
+    assert normal == {"requests": 16, "checks_failed": 0, "overflowed": 0}, normal
+    assert got["requests"] == 16 and got["checks_failed"] + got["overflowed"] == 16, got
+
+
 @pytest.mark.gpu
 def test_a_launch_without_selection_reports_none():
     got = tree_build_ops.fallbacks(specs.get("tree_build", "select_race"), *_bench_inputs(1, 64))

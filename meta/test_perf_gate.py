@@ -1,10 +1,11 @@
 """The regression gate (tools/perf_gate.py) on synthetic runs: a rerun with noise passes, a planted slowdown
 fails, the threshold comes from the reruns' spread, and files from another device are refused; the select
 variants' fallback rates are gated exactly (any rise fails, a fall is reported, cases without rates are not
-touched)."""
+touched) and the GPU suite's gate_fallback stage wants what these tests show."""
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -174,3 +175,20 @@ def test_planted_always_fallback_fails_and_rerun_passes(tmp_path):
     r = _gate("compare", a, planted, "--fallback-only")
     assert r.returncode == 1 and "times not gated" in r.stdout
     assert r.stdout.count("FALLBACK RATE ROSE") == 24  # every rate of the base: none was 1 there
+
+
+def test_gpu_suite_plants_the_always_fallback_build():
+    """tools/gpu_suite.sh's gate_fallback stage runs the stage of that name, plants a registered slowdown, and
+    wants the rerun to pass (rc 0) and the planted run to fail (rc 1) on the rates alone."""
+    from harness import kernel_mutants
+    from harness.bench import stages
+
+    script = (ROOT / "tools" / "gpu_suite.sh").read_text()
+    body = script[script.index("  gate_fallback)") :]
+    body = body[: body.index(";;")]
+    assert re.findall(r"--kernel-mutant (\S+)", body) == ["slow_tb_always_fallback"]
+    assert "slow_tb_always_fallback" in kernel_mutants.SLOWDOWNS
+    assert body.count("--perf-stage gate_fallback") == 2 and "gate_fallback" in stages.STAGES
+    assert body.count("--fallback-only") == 2
+    assert '[ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1' in body
+    assert "gate_fallback" in script[script.index("PERF=(") : script.index(")", script.index("PERF=("))]
