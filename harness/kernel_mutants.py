@@ -302,6 +302,17 @@ SLOWDOWNS = {
         "  const int tid = threadIdx.x;\n",
         "  const int tid = threadIdx.x;\n  " + SPIN,
     ),
+    # Every selection of every select variant fails its check (select_finish, which the three select builds share,
+    # returns kUnverified), so every request replays the heap: still exact, slower where the selection was the
+    # faster path, and at B = 16-64 not slower at all, so a time threshold cannot be trusted to see it; the fallback
+    # rate does (harness/bench/gate.py: any rise fails). tools/gpu_suite.sh's `gate_fallback` plants it. (A
+    # KDTR_TB_SELECT_MIN_B above every budget would not do: the build would then never select, and its reporting
+    # build would count no fallback.)
+    "slow_tb_always_fallback": (
+        "tree_build",
+        "  const int status = sh_fail ? kUnverified : kSelected;\n",
+        "  const int status = kUnverified;  // planted: every selection fails its check\n",
+    ),
 }
 
 

@@ -31,12 +31,17 @@ from .specs import KernelSpec
 def prepare(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Prepared:
     """Validate a tree_build call (the contract's signature) and set it up on the device for `spec`. race_min_b
     (a race build's tuning knob): the budget the launch races from, instead of the spec's KDTR_TB_RACE_MIN_B."""
+    return _prepare_checked(spec, args, kwargs, race_min_b)[0]
+
+
+def _prepare_checked(spec: KernelSpec, args, kwargs, race_min_b: int | None) -> tuple[Prepared, dict]:
+    """prepare(), and the call's dimensions (bs, L, K_in, B, F) from the same validation."""
     lib, like, host, dev = split_args(TREE_BUILD, TREE_BUILD.bind(*args, **kwargs))
     checked = TREE_BUILD.validate(**host)
     if dev["prefix_lens"] is None:  # the contract's default (zeros), staged from the host
         dev["prefix_lens"] = checked.args["prefix_lens"]
     st, _, launch, collect = _setup(spec, lib, like, dev, checked.dims, race_min_b)
-    return Prepared(st, launch, collect)
+    return Prepared(st, launch, collect), checked.dims
 
 
 class Deferred(Prepared):
@@ -118,14 +123,16 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     return {spec.entry: (spec.block, worst), "tree_build_check_kernel": (spec.block, 0), spec.geometry: (1, 0)}
 
 
-def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None) -> KernelSpec:
+def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None, sm_count: int | None = None) -> KernelSpec:
     """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
-    races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh)."""
+    races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh). sm_count: this
+    GPU's unless given (a question asked without a GPU)."""
     d = spec.all_defines()
     if not int(d["KDTR_TB_RACE"]):
         return spec
     min_b = int(d["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
-    other = geometry.tree_build_race_launch(bs, B, runtime.sm_count(), min_b)
+    sms = runtime.sm_count() if sm_count is None else sm_count
+    other = geometry.tree_build_race_launch(bs, B, sms, min_b)
     return specs.get("tree_build", other) if other else spec
 
 
@@ -158,6 +165,80 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
         return Tree(**res)
 
     return st, ins, lambda: launch_kernel(spec, bs, smem, *args), collect
+
+
+# ---- the select variants' fallback, counted ----------------------------------------------------------------
+# A select variant (KDTR_TB_SELECT) whose selection fails a check or whose candidates overflow replays the heap
+# instead: the tree stays the reference's, so only the time would show that it happened. Its reporting build (the
+# same source and defines plus KDTR_TB_FALLBACK = 2, tree_build.cu) replays the same way and then writes why in the
+# request's n_nodes instead of the node count; these are the codes. The benchmark (perf/bench_tree_build.py, through
+# harness/bench/fallbacks.py) and tools/tree_build_dev.py's `fallbacks` count them here, with one reporting build.
+FALLBACK_CODES = {-1: "checks_failed", -2: "overflowed"}
+
+
+def selects(spec: KernelSpec) -> bool:
+    """Whether spec's build selects before it replays (KDTR_TB_SELECT): the variants that can fall back."""
+    return policies(spec)[1] != 0
+
+
+def reporting_spec(spec: KernelSpec) -> KernelSpec:
+    """spec built to report its fallbacks in n_nodes (KDTR_TB_FALLBACK = 2). Its patches are kept, so that a planted
+    build (harness/kernel_mutants.py) is measured as it was built. A race build's reporting build runs the selection
+    first and the replay after it instead of racing them (tree_build.cu), so that what it reports is the selection's
+    outcome in every request, not which of the two finished first."""
+    if not selects(spec):
+        raise ValueError(f"{spec.name} has no selection to fall back from (KDTR_TB_SELECT = 0)")
+    return spec.with_defines(f"{spec.variant}_report", KDTR_TB_FALLBACK="2")
+
+
+def selection_off(
+    spec: KernelSpec, bs: int, B: int, L: int, K_in: int, *, sm_count: int, block_limit: int,
+    race_min_b: int | None = None,
+) -> str | None:  # fmt: skip
+    """Why a launch of spec for bs requests runs no selection at all (None when it selects): the launch rule of a
+    race build (a budget below the one it races from, or more requests than a wave of races, go to the replay's own
+    build), then the kernel's own condition (select_on in tree_build.cu: the budget, an empty tree, no shared memory
+    left for candidates). No GPU needed: sm_count and block_limit (the per-block shared memory) are the GPU's."""
+    if not selects(spec):
+        return f"{spec.variant} has no selection"
+    launched = _launched(spec, bs, B, race_min_b, sm_count)
+    if launched.variant != spec.variant:
+        return f"the launch runs {launched.variant}'s build (tree_build.cuh: race budget or wave)"
+    # KDTR_TB_SELECT_MIN_B: only design builds name it (tools/tree_build_dev.py); the kernel's default 0 selects
+    # at every budget
+    min_b = int(spec.all_defines().get("KDTR_TB_SELECT_MIN_B", "0"))
+    if min_b > B:
+        return f"B = {B} is below KDTR_TB_SELECT_MIN_B = {min_b}"
+    if B <= 0 or L <= 0 or min(B, K_in) <= 0:
+        return "an empty tree"
+    if geometry.tree_build(B, L, K_in, smem_limit(spec, block_limit), *policies(spec))[2] <= 0:
+        return "no shared memory left for candidates (select capacity 0)"
+    return None
+
+
+def count_fallbacks(n_nodes) -> dict[str, int]:
+    """{requests, checks_failed, overflowed} from a reporting build's n_nodes (FALLBACK_CODES)."""
+    n = np.asarray(n_nodes)
+    return {"requests": int(n.size), **{name: int((n == code).sum()) for code, name in FALLBACK_CODES.items()}}
+
+
+def fallbacks(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> dict:
+    """spec's reporting build launched once on a tree_build call (the contract's signature): count_fallbacks() of
+    its n_nodes, or {requests, no_selection: why} where that launch runs no selection (selection_off: a rate there
+    would be 0 without meaning anything). spec is the registered spec (its reporting build is made here)."""
+    rep = reporting_spec(spec)
+    p, dims = _prepare_checked(rep, args, kwargs, race_min_b)
+    try:
+        why = selection_off(
+            rep, dims["bs"], dims["B"], dims["L"], dims["K_in"], sm_count=runtime.sm_count(),
+            block_limit=runtime.smem_optin_limit(), race_min_b=race_min_b,
+        )  # fmt: skip
+        if why is not None:
+            return {"requests": int(dims["bs"]), "no_selection": why}
+        p.launch()
+        return count_fallbacks(p.results().n_nodes)
+    finally:
+        p.staging.close()
 
 
 def bind(spec: KernelSpec, race_min_b: int | None = None):

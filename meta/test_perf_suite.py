@@ -112,6 +112,10 @@ def test_stages_partition_the_suite(perf_items):
         for bs, B in [(1, 16), (64, 16), (1, 64), (64, 64), (16, 256)]
         for v in targets.variants("tree_build")
     }
+    # the fallback gate's runs: two cells (the non-select variants are collected there and skip themselves)
+    assert {n.split("::")[-1] for n in _in(perf_items, "gate_fallback") - ceilings} == {
+        f"test_tree_build[bs{bs}-B{B}-{v}]" for bs, B in [(1, 64), (16, 256)] for v in targets.variants("tree_build")
+    }
 
 
 def test_quick_grid_is_smaller(perf_items):
@@ -154,6 +158,33 @@ def test_record_schema():
     assert any("speedup over 'b'" in p for p in record.problems(bad))
     with pytest.raises(ValueError):
         record.comparator(t, error="both")
+
+
+def test_record_schema_of_fallback_rates():
+    """A select variant's `fallback` (record.py's documentation): counts and rate agree, a launch without a selection
+    has a null rate and says why, and a record that breaks either is named by problems()."""
+    t = {"median_us": 10.0, "p10_us": 9.0, "p90_us": 11.0, "rel_spread": 0.2, "n": 5, "where": "device",
+         "method": "x"}  # fmt: skip
+    fb = {"drafter": record.fallback(64, checks_failed=1), "adversarial": record.fallback(64, overflowed=64)}
+    info = record.build(op="tree_build", impl="cuda:select_warp", shape={"bs": 64}, time=t, fallback=fb)
+    assert record.problems(info) == []
+    assert info["fallback"]["drafter"] == {"requests": 64, "checks_failed": 1, "overflowed": 0, "replayed": 1,
+                                           "rate": 1 / 64}  # fmt: skip
+    assert info["fallback"]["adversarial"]["rate"] == 1.0
+    off = record.fallback(64, no_selection="the launch runs lane_cached's build")
+    assert off == {"requests": 64, "rate": None, "no_selection": "the launch runs lane_cached's build"}
+    info2 = record.build(op="tree_build", impl="cuda:select_race", shape={"bs": 64}, time=t, fallback={"drafter": off})
+    assert record.problems(info2) == [] and record.fallback_rates(info2) == {}
+    assert "fallback" not in record.build(op="tree_build", impl="cuda:lane_cached", shape={"bs": 1}, time=t)
+    bad = json.loads(json.dumps(info))
+    bad["fallback"]["drafter"]["rate"] = 0.0  # a rate that its counts do not give
+    bad["fallback"]["adversarial"] = {"requests": 64, "rate": None}  # null without a reason
+    found = record.problems(bad)
+    assert any("'drafter'" in p and "not rate" in p for p in found), found
+    assert any("'adversarial'" in p and "no_selection" in p for p in found), found
+    for kw in ({"checks_failed": 65}, {"overflowed": -1}, {"checks_failed": 1, "no_selection": "x"}):
+        with pytest.raises(ValueError):
+            record.fallback(64, **kw)
 
 
 def test_cpp_builder_hook_says_not_built(monkeypatch, tmp_path):

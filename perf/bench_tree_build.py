@@ -10,6 +10,10 @@ Beside them, end to end (host clock, synchronised): the kernel's whole call on d
 wrapper, its validation and the launch), and each CPU builder as a serving engine runs it (top-k copied
 device -> host, the build, every layout copied host -> device). The CPU builders run once per cell (every
 kernel variant's case carries the same numbers); a CPU call over 1 s is timed once.
+Each select variant's case also records its fallback rate (harness/bench/fallbacks.py: the requests whose selection
+failed a check or overflowed and replayed the heap, out of all) with its reporting build, one launch each on the
+timed inputs ("drafter") and on the same rows with one token certain in every row ("adversarial"); the
+`gate_fallback` stage runs the select variants at two cells for the regression gate's fallback check.
 CPU cases (small grid, any machine): each CPU builder alone, timed by pytest-benchmark (host time is the
 quantity there).
 """
@@ -25,7 +29,7 @@ import pytest
 from contract import Tree
 from harness import strategies as hh
 from harness import timing
-from harness.bench import Unavailable, cpu_builders, record, targets, transfers
+from harness.bench import Unavailable, cpu_builders, fallbacks, record, targets, transfers
 from harness.compare import assert_bit_exact
 from reference import tree_build as ref
 
@@ -35,6 +39,9 @@ BATCHES = (1, 4, 16, 64, 256, 1024)
 GRID = [(bs, B, L) for B in (16, 64, 256, 1024) for bs in BATCHES] + [(bs, 64, 32) for bs in BATCHES]
 QUICK = {(1, 16), (64, 16), (1, 64), (64, 64), (256, 64), (16, 256)}
 GATE = {(1, 16), (64, 16), (1, 64), (64, 64), (16, 256)}  # the regression gate's reruns (--perf-stage gate)
+# the fallback gate's runs (--perf-stage gate_fallback, select variants only): a budget every select variant but
+# select_race selects at, and one select_race races at too (B >= 256 on a wave of requests)
+GATE_FALLBACK = {(1, 64), (16, 256)}
 CPU_GRID = [(bs, B) for B in (16, 64, 256) for bs in (1, 16)]
 TWINS = targets.other_arch_budget("tree_build")
 CPU_CAP_S = 1.0  # a CPU builder's call longer than this is timed once (the stage must fit its time)
@@ -44,7 +51,8 @@ def _params(grid):
     out = []
     for bs, B, depth in grid:
         quick = (bs, B) in QUICK and depth == L
-        marks = [pytest.mark.perf_stage("build", *(["gate"] if quick and (bs, B) in GATE else []))]
+        gates = [g for g, cells in (("gate", GATE), ("gate_fallback", GATE_FALLBACK)) if quick and (bs, B) in cells]
+        marks = [pytest.mark.perf_stage("build", *gates)]
         if not quick:
             marks.append(pytest.mark.perf_full)
         out.append(pytest.param(bs, B, depth, id=f"bs{bs}-B{B}" + (f"-L{depth}" if depth != L else ""), marks=marks))
@@ -164,8 +172,12 @@ def device_e2e_deferred(variant, args, policy) -> dict:
 @pytest.mark.parametrize("variant", targets.variants("tree_build"))
 @pytest.mark.parametrize("bs,B,depth", _params(GRID))
 def test_tree_build(request, benchmark, ceilings, perf_policy, cpu_policy, with_comparators, bs, B, depth, variant):
-    if variant in TWINS and ((bs, B) not in QUICK or depth != L or request.config.getoption("--perf-stage") == "gate"):
+    stage = request.config.getoption("--perf-stage")
+    if variant in TWINS and ((bs, B) not in QUICK or depth != L or stage in ("gate", "gate_fallback")):
         pytest.skip(f"{variant} is timed on the quick cells of the build stage")
+    selects = targets.selects("tree_build", variant)
+    if stage == "gate_fallback" and not selects:
+        pytest.skip(f"{variant} has no selection, hence no fallback rate (the gate_fallback stage gates those)")
     args, want = _case(bs, B, depth)
     benchmark.group = f"tree_build B={B} L={depth} {variant}"
     p = targets.prepare("tree_build", variant, *args)
@@ -184,6 +196,8 @@ def test_tree_build(request, benchmark, ceilings, perf_policy, cpu_policy, with_
         warm, warm_method = timing.device_times_us([p.launch], plan=timing.WARM, policy=perf_policy)
     finally:
         p.finish()
+    # on the same inputs, after the timing (the reporting build's launches are counted, never timed)
+    fallback = fallbacks.measure(variant, args) if selects else None
     comps = _comparators(bs, B, depth, cpu_policy) if with_comparators else {}
     record.put(
         benchmark,
@@ -199,6 +213,7 @@ def test_tree_build(request, benchmark, ceilings, perf_policy, cpu_policy, with_
             "e2e_device_inputs": device_e2e(variant, args, cpu_policy) if with_comparators else {},
             "e2e_deferred": device_e2e_deferred(variant, args, cpu_policy) if with_comparators else {},
         },
+        fallback=fallback,
     )
 
 

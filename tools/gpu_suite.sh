@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The GPU runner job: conformance on the GPU (cuda and reference), the broken-kernel check, the kernels under
 # compute-sanitizer, the perf stages (each one pytest run that fits in 10 minutes on an H200), the regression
-# gate's planted-slowdown check, the comparison with a stored baseline, and the benchmark report.
+# gate's planted-slowdown and planted-fallback checks, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
-#           baseline report scaling engine_cuda tb_dev perf_verify_peers
+#           gate_fallback baseline report scaling engine_cuda tb_dev perf_verify_peers
+#   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells
+#           (--perf-stage gate_fallback) must give the same rates, and a run of a planted build whose every selection
+#           fails its check (slow_tb_always_fallback, harness/kernel_mutants.py) must fail
+#           `perf_gate.py compare --fallback-only` (times not compared there: that is the gate stage's); ~1 min
 #   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
@@ -13,7 +17,8 @@
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
 #           tests (conformance/test_engine_cuda.py, test_decode_ties.py) and tools/engine_numbers.py for both
 #           devices (OUT/engine-numbers/)
-#   aliases: perf = the four perf_* stages, gate and report; all (default) = conformance mutants sanitizer perf;
+#   aliases: perf = the four perf_* stages, gate, gate_fallback and report; all (default) = conformance mutants
+#            sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
 #   baseline: compares OUT/perf-*.json with KDTR_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
 # Env: PYTHON (python3), KDTR_PERF_QUICK=1 (reduced grids), KDTR_STAGE_TIMEOUT (570 s per pytest run).
@@ -22,7 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/gpu_suite.sh OUT [stages]}; shift
-PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate report)
+PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate gate_fallback report)
 STAGES=()
 [ $# -gt 0 ] || set -- all
 for s in "$@"; do case $s in
@@ -137,6 +142,22 @@ for stage in "${STAGES[@]}"; do case $stage in
     summary "gate: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_rerun.txt")"
     summary "gate: planted slowdown rc=$rc_slow (want 1): $(tail -1 "$OUT/logs/gate_slow.txt")"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_slow" -eq 1 ] || status=1 ;;
+  gate_fallback)  # a selection that stops working stays exact (the replay takes over) and may not be slower: the
+    # fallback rates are gated exactly; a rerun must give the same rates, the planted always-fallback build must fail
+    for r in a b; do
+      perf_run "gate_fallback_run_$r" "$OUT/gate-fallback-$r.json" --perf-stage gate_fallback --perf-no-comparators \
+          --require-gpu
+    done
+    perf_run gate_fallback_run_planted "$OUT/gate-fallback-planted.json" --perf-stage gate_fallback \
+        --perf-no-comparators --require-gpu -p harness.kernel_mutants --kernel-mutant slow_tb_always_fallback
+    "$PY" tools/perf_gate.py compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-b.json" --fallback-only \
+        > "$OUT/logs/gate_fallback_rerun.txt" 2>&1; rc_rerun=$?
+    "$PY" tools/perf_gate.py compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-planted.json" --fallback-only \
+        > "$OUT/logs/gate_fallback_planted.txt" 2>&1; rc_planted=$?
+    summary "gate_fallback: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_fallback_rerun.txt")"
+    summary "gate_fallback: planted always-fallback rc=$rc_planted (want 1): $(tail -1 "$OUT/logs/gate_fallback_planted.txt")"
+    grep -E 'FALLBACK RATE ROSE' "$OUT/logs/gate_fallback_planted.txt" | head -6 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+    [ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1 ;;
   tb_dev)  # tree_build designs side by side, and how often the select variants replay (kernels_cu/PERF_NOTES.md)
     run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py fallbacks --json "$OUT/tb-fallbacks.json"
     run tb_dev_time timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py time ${KDTR_PERF_QUICK:+--quick} \

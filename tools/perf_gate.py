@@ -1,10 +1,13 @@
-"""The performance regression gate (harness/bench/gate.py): device times of two benchmark JSON files.
+"""The performance regression gate (harness/bench/gate.py): device times and fallback rates of two benchmark JSON
+files.
 
     python tools/perf_gate.py calibrate RUN_A RUN_B -o gate.json   # threshold floor from two reruns
     python tools/perf_gate.py compare BASE NEW [--calibration gate.json | --floor 0.05] [--include-host]
+    python tools/perf_gate.py compare BASE NEW --fallback-only     # the select variants' fallback rates alone
 
-compare exits 0 when no case regressed, 1 on a regression, 2 when the files cannot be compared (another
-device, no common case) or a case is missing and --strict is given.
+compare exits 0 when no case regressed, 1 on a regression (a time over its threshold, or any fallback rate that
+rose: those are exact, whatever the threshold), 2 when the files cannot be compared (another device, nothing in
+common) or a case or rate is missing and --strict is given.
 """
 
 from __future__ import annotations
@@ -42,7 +45,12 @@ def main(argv=None) -> int:
     g.add_argument("--calibration", help="a `calibrate` output (its floor)")
     g.add_argument("--floor", type=float, help=f"threshold floor (default {gate.DEFAULT_FLOOR})")
     cmp_.add_argument("--include-host", action="store_true", help="also gate CPU (host-timed) cases")
-    cmp_.add_argument("--strict", action="store_true", help="a case missing from NEW is an error")
+    cmp_.add_argument("--strict", action="store_true", help="a case or a fallback rate missing from NEW is an error")
+    cmp_.add_argument(
+        "--fallback-only",
+        action="store_true",
+        help="gate the fallback rates only (the times of a run whose point is its rates are the gate stage's)",
+    )
     cmp_.add_argument("--allow-device-change", action="store_true", help="compare runs from different GPUs")
     args = ap.parse_args(argv)
 
@@ -71,15 +79,21 @@ def main(argv=None) -> int:
         floor = json.loads(pathlib.Path(args.calibration).read_text())["floor"]
     elif args.floor is not None:
         floor = args.floor
-    rows = gate.compare(base, new, floor=floor, include_host=args.include_host)
-    if not any(r.change is not None for r in rows):
+    rows = None if args.fallback_only else gate.compare(base, new, floor=floor, include_host=args.include_host)
+    rate_rows = gate.compare_fallbacks(base, new)
+    common_rates = any(r.base is not None and r.new is not None for r in rate_rows)
+    if args.fallback_only and not common_rates:
+        print("perf gate: the two files share no fallback rate", file=sys.stderr)
+        return 2
+    if rows is not None and not any(r.change is not None for r in rows) and not common_rates:
         print("perf gate: the two files share no gated case", file=sys.stderr)
         return 2
-    print(gate.render(rows, floor=floor, base_name=pathlib.Path(args.base).name, new_name=pathlib.Path(args.new).name))
-    if any(r.verdict == "regression" for r in rows):
+    print(gate.render(rows, floor=floor, base_name=pathlib.Path(args.base).name, new_name=pathlib.Path(args.new).name,
+                      rate_rows=rate_rows))  # fmt: skip
+    if gate.failed(rows, rate_rows):
         return 1
-    if args.strict and any(r.verdict == "missing" for r in rows):
-        print("perf gate: cases missing from the new run (--strict)", file=sys.stderr)
+    if args.strict and any(r.verdict == "missing" for r in [*(rows or ()), *rate_rows]):
+        print("perf gate: cases or fallback rates missing from the new run (--strict)", file=sys.stderr)
         return 2
     return 0
 

@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import strategies as hh
 from harness import timing
+from harness.bench import fallbacks as bench_fallbacks
+from harness.bench import record
 from harness.compare import assert_bit_exact
 from kernels_cu import specs, tree_build_ops
 from reference import tree_build as ref
@@ -271,10 +273,12 @@ def designs() -> dict[str, specs.KernelSpec]:
 
 
 def fallbacks(json_path=None, variant="select_warp"):
-    """A select variant built to report its replays (KDTR_TB_FALLBACK = 2: n_nodes = -1 a check failed, -2 the
-    candidates overflowed), over many requests of each input family: the fallback rate per (inputs, B)."""
-    spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
-    if int(spec.all_defines()["KDTR_TB_RACE"]):  # its launches of 1024 requests would run lane_cached's build
+    """A select variant built to report its replays (kernels_cu.tree_build_ops.fallbacks, the benchmark's own
+    counting: n_nodes = -1 a check failed, -2 the candidates overflowed), over many requests of each input family:
+    the fallback rate per (inputs, B). "adversarial" is the benchmark's adversarial family (one certain token in
+    every row, harness/bench/fallbacks.py) over the benchmark's rows."""
+    spec = specs.get("tree_build", variant)
+    if tree_build_ops.policies(spec)[2]:  # its launches of 1024 requests would run lane_cached's build
         raise SystemExit(f"fallbacks: {variant} selects as select_warp does; measure select_warp")
     rows = []
     families = (
@@ -282,23 +286,15 @@ def fallbacks(json_path=None, variant="select_warp"):
         ("peaked", peaked_inputs),
         ("drafter_bf16", drafter_inputs),
         ("continuous", continuous_inputs),
+        ("adversarial", lambda bs, B, L: bench_fallbacks.adversarial(bench_inputs(bs, B, L))),
     )
     for kind, make in families:
         for B, L in ((16, 15), (64, 15), (256, 15), (1024, 15), (64, 32)):
-            bs = (1024 if B <= 256 else 256) if kind in ("bench", "peaked") else 128
-            p = tree_build_ops.prepare(spec, *make(bs, B, L=L))
-            p.launch()
-            n = np.asarray(p.finish().n_nodes)
-            row = {
-                "variant": variant,
-                "inputs": kind,
-                "B": B,
-                "L": L,
-                "requests": bs,
-                "checks_failed": int((n == -1).sum()),
-                "overflowed": int((n == -2).sum()),
-            }
-            row["fallback_rate"] = round((row["checks_failed"] + row["overflowed"]) / bs, 4)
+            bs = (1024 if B <= 256 else 256) if kind in ("bench", "peaked", "adversarial") else 128
+            got = tree_build_ops.fallbacks(spec, *make(bs, B, L=L))
+            entry = record.fallback(**got)
+            row = {"variant": variant, "inputs": kind, "B": B, "L": L, **got}
+            row["fallback_rate"] = None if entry["rate"] is None else round(entry["rate"], 4)
             rows.append(row)
             print(json.dumps(row), flush=True)
     if json_path:

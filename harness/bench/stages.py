@@ -14,6 +14,8 @@ STAGES = {
     "verify_peers": "ceilings, tree_verify on chains beside FlashMLA and FlashInfer MLA (fa3, fa2): H 16/64/128 x "
     "Q 1..64 x prefix 8k/32k x bs 1/32/128, 0.3 s per measurement (duration MODELLED ~8 min: not yet run)",
     "gate": "ceilings and a few tree_build cases without comparators (the gate's reruns); ~40 s",
+    "gate_fallback": "ceilings and the tree_build select variants at two cells without comparators, their fallback "
+    "rates (the fallback gate's runs: normal and planted); ~15 s a run (MODELLED from the gate's: not yet run)",
 }
 
 

@@ -4,7 +4,9 @@ A run has the JSON layout `pytest perf --benchmark-json` writes, with every op's
 tree_accept kernel medians and the Python heapq times from the 2026-12-02 H200 run (reports/h200-2026-12-02,
 hot-L2 method), tree_verify times made up from a roofline at fixed efficiencies, torch comparators a fixed
 factor slower (out of memory past a size). `noise` scales every time by a random factor, `slow_us` adds a
-fixed delay to the tree_build kernel (the gate's planted slowdown).
+fixed delay to the tree_build kernel (the gate's planted slowdown), `fallback` gives the tree_build cases a select
+variant's fallback record with that share of the drafter family's requests replayed (the fallback gate's planted
+build: 1.0).
 """
 
 from __future__ import annotations
@@ -47,7 +49,25 @@ def _verify_us(H, Q, P, bs):
     return max(flops / (0.55 * 790e12), nbytes / (0.8 * 4300e9)) * 1e6 + 6.0, flops, nbytes
 
 
-def run(*, seed: int = 0, noise: float = 0.0, slow_us: float = 0.0, verify: bool = True) -> dict:
+def _fallback(bs: int, B: int, share: float) -> dict | None:
+    """A select variant's fallback record for a synthetic cell: none at B = 16 (a case without rates), no selection
+    at bs = 256 (as select_race hands a batch beyond a wave of races to lane_cached's build), else `share` of the
+    drafter family's requests replayed (checks failed) and half or more of the adversarial family's (overflowed)."""
+    if B == 16:
+        return None
+    if bs == 256:
+        why = "the launch runs lane_cached's build (synthetic)"
+        return {f: record.fallback(bs, no_selection=why) for f in ("drafter", "adversarial")}
+    n = round(share * bs)
+    return {
+        "drafter": record.fallback(bs, checks_failed=n),
+        "adversarial": record.fallback(bs, overflowed=max(n, bs // 2)),
+    }
+
+
+def run(
+    *, seed: int = 0, noise: float = 0.0, slow_us: float = 0.0, verify: bool = True, fallback: float | None = None
+) -> dict:
     rng = np.random.default_rng(seed)
     jitter = lambda: float(np.exp(rng.normal(0.0, noise))) if noise else 1.0
     out = []
@@ -66,7 +86,8 @@ def run(*, seed: int = 0, noise: float = 0.0, slow_us: float = 0.0, verify: bool
         }
         info = record.build(op="tree_build", impl="cuda", shape={"bs": bs, "B": B, "L": 15, "K_in": B},
                             time=_t(k_us * jitter() + slow_us), bytes_moved=bs * (B + 1) * 80, ceilings=CEILINGS,
-                            comparators=comps, extra={"warm_graph": _t(k_us * 0.97)})  # fmt: skip
+                            comparators=comps, extra={"warm_graph": _t(k_us * 0.97)},
+                            fallback=None if fallback is None else _fallback(bs, B, fallback))  # fmt: skip
         out.append(_bench(f"test_tree_build[bs{bs}-B{B}]", f"tree_build B={B}", info))
     for bs, us in TREE_ACCEPT.items():
         walk = record.comparator(_t(9.6 * bs, 0.2, "host"))

@@ -3,6 +3,8 @@
 `prepare(op, variant, ...)` returns the wrappers' Prepared: `launch()` enqueues the kernel(s) only (what is
 timed), `sync()`, `results()` (wait and copy back, keeping buffers), `finish()` (results, then free).
 `variants(op)` lists the op's kernel variants (kernels_cu/specs.py): the benchmarks time each of them.
+`selects(op, variant)` and `fallbacks(op, variant, ...)`: tree_build's select variants and how often their
+selection falls back to the replay (harness/bench/fallbacks.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,25 @@ def prepare(op: str, variant: str, *args, **kwargs):
     from kernels_cu import ops
 
     return ops.prepare(op, variant, *args, **kwargs)
+
+
+def selects(op: str, variant: str) -> bool:
+    """Whether the variant selects before it replays (tree_build's select variants): its cases record a fallback
+    rate (harness/bench/fallbacks.py)."""
+    from kernels_cu import specs, tree_build_ops
+
+    return op == "tree_build" and tree_build_ops.selects(specs.get(op, variant))
+
+
+def fallbacks(op: str, variant: str, *args) -> dict:
+    """The variant's reporting build launched once on args: {requests, checks_failed, overflowed}, or {requests,
+    no_selection: why} (kernels_cu.tree_build_ops.fallbacks). The spec is looked up now, so that a planted build
+    swapped in by the kernel-mutant plugin is the one measured."""
+    from kernels_cu import specs, tree_build_ops
+
+    if op != "tree_build":
+        raise ValueError(f"{op} has no fallback to count")
+    return tree_build_ops.fallbacks(specs.get(op, variant), *args)
 
 
 def verify_outputs(result) -> tuple:
