@@ -11,6 +11,7 @@ mutant and requires a failure.
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 from kernels_cu import specs
 
@@ -332,13 +333,52 @@ CONFORMANCE_PATHS = ("conformance", "meta")
 CONFORMANCE_DESELECT = ("meta/test_mutants.py", "meta/test_kernel_mutants.py")
 
 
-def judging_command(name: str, report_dir) -> list[str]:
+def twin_variants(name: str) -> list[str]:
+    """The sm_120 twins (`_99k`, kernels_cu/specs.py) built from the source mutant `name` patches."""
+    return [s.variant for s in mutated_specs(name) if "KDTR_SMEM_BUDGET" in s.all_defines()]
+
+
+def code_sections(cubin: bytes) -> dict[str, bytes]:
+    """The machine code of a cubin: its ELF64 `.text.*` sections by name (line tables and other metadata
+    left out, so a patch that only moves source lines compares equal)."""
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+    names_off = headers[shstrndx][4]
+    out = {}
+    for name_at, _type, _flags, _addr, off, size in headers:
+        name = cubin[names_off + name_at : cubin.index(b"\0", names_off + name_at)].decode()
+        if name.startswith(".text"):
+            out[name] = cubin[off : off + size]
+    return out
+
+
+def twins_changed(name: str) -> list[str]:
+    """The twins whose machine code mutant `name` changes (compiled here, no GPU): a patch of a path a twin
+    does not build (another variant's selection, say) cannot be killed on that twin and is not judged there."""
+    from kernels_cu import runtime
+
+    base = {s.variant: s for s in specs.SPECS}
+    changed = []
+    for s in mutated_specs(name):
+        if s.variant in twin_variants(name):
+            arch = s.archs[0]
+            before = code_sections(runtime.compile_kernel(base[s.variant], arch).cubin)
+            if code_sections(runtime.compile_kernel(s, arch).cubin) != before:
+                changed.append(s.variant)
+    return changed
+
+
+def judging_command(name: str, report_dir, variants=None) -> list[str]:
     """The pytest command that judges kernel mutant `name`: the conformance stage's tests that can run its
     kernels (those of a `cuda` implementation, and the GPU-marked ones: a CPU-only test cannot see a broken
     kernel, so it must not be taken for its killer), with the mutated variants as the implementations, its
-    own op's tests and the fixtures first (most mutants die there in seconds), stopping at the first failure."""
+    own op's tests and the fixtures first (most mutants die there in seconds), stopping at the first failure.
+    `variants` narrows the implementations (the twins alone: a kill on the sm_90 build says nothing of the
+    build an sm_120 GPU runs, whose tiles and capacities differ)."""
     slug = (MUTANTS.get(name) or SLOWDOWNS[name])[0]
-    impls = [a for s in mutated_specs(name) for a in ("--impl", f"cuda:{s.variant}")]
+    chosen = [s.variant for s in mutated_specs(name) if variants is None or s.variant in variants]
+    impls = [a for v in chosen for a in ("--impl", f"cuda:{v}")]
     first = [f"conformance/test_{slug}.py", "conformance/test_fixtures.py"]
     deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
     return [

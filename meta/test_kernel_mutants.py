@@ -39,19 +39,54 @@ def test_mutants_run_what_the_conformance_stage_runs():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(kernel_mutants.MUTANTS))
 def test_kernel_mutant_is_killed(name, request, tmp_path):
+    judge(name, request, tmp_path)
+
+
+TWINNED = sorted(n for n in kernel_mutants.MUTANTS if kernel_mutants.twin_variants(n))
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TWINNED)
+def test_kernel_mutant_is_killed_on_the_twins(name, request, tmp_path):
+    """The same mutant with only its sm_120 twins (`_99k`) under test: they must kill it on their own (the
+    twins whose machine code the patch changes; a patch of code no twin builds is not theirs to kill)."""
+    twins = kernel_mutants.twins_changed(name)
+    if not twins:
+        pytest.skip(f"{name} leaves the machine code of {', '.join(kernel_mutants.twin_variants(name))} unchanged")
+    judge(name, request, tmp_path, twins, label=f"{name}@99k")
+
+
+@pytest.mark.parametrize("name,twin,changes", [("k_tb_lane_tie_first_lane", "heap_smem_99k", False),
+                                               ("k_tb_ties_reversed", "heap_smem_99k", True)])  # fmt: skip
+def test_twins_changed_reads_machine_code(name, twin, changes):
+    """A mutant of lane_cached's pop leaves heap_smem's twin's code as it was; one of the tie order every
+    build shares does not."""
+    assert (twin in kernel_mutants.twins_changed(name)) == changes
+
+
+def test_twinned_mutants_are_the_twins_sources():
+    """Every mutant of a source that a twin is built from is judged on the twins too (tree_build and the
+    portable tree_verify, not sm90a)."""
+    assert any(n.startswith("k_tb_") for n in TWINNED) and any(n.startswith("k_tv_") for n in TWINNED)
+    assert not any(n.startswith("k_tv90_") for n in TWINNED)
+
+
+def judge(name, request, tmp_path, variants=None, label=None):
+    """Run the judging command; the report's mutant table gets a row (under `label`, default the name)."""
     slug = kernel_mutants.MUTANTS[name][0]
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
-    cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path)]
+    cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path, variants)]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
     request.node.user_properties.append(
         (
             "mutants",
             {
-                name: {
+                label or name: {
                     "killed": bool(killer) and out.returncode == 1,
                     "by": killer.group(1) if killer else None,
-                    "description": f"CUDA {slug}",
+                    "description": f"CUDA {slug}" + (f" on {', '.join(variants)} alone" if variants else ""),
                 }
             },
         )
