@@ -379,7 +379,7 @@ def judging_command(name: str, report_dir, variants=None) -> list[str]:
     slug = (MUTANTS.get(name) or SLOWDOWNS[name])[0]
     chosen = [s.variant for s in mutated_specs(name) if variants is None or s.variant in variants]
     impls = [a for v in chosen for a in ("--impl", f"cuda:{v}")]
-    first = [f"conformance/test_{slug}.py", "conformance/test_fixtures.py"]
+    first = [f"conformance/{f}" for f in judged_first(slug)]  # ordered by the plugin's collection hook below
     deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
     return [
         *first,
@@ -413,3 +413,24 @@ def pytest_configure(config):
     if name:
         for spec in mutated_specs(name):
             specs.replace_spec(spec)
+
+
+def judged_first(slug: str) -> tuple[str, ...]:
+    """The conformance files a mutant of op `slug` is judged on first (most mutants die there in seconds)."""
+    return (f"test_{slug}.py", "test_fixtures.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under --kernel-mutant, the op's own tests and the fixtures run first. Naming them first on the command
+    line is not enough: pytest merges arguments that overlap ("conformance" holds them) and collects the
+    directory in its own order, which put the 577 boundary cases before them."""
+    name = config.getoption("--kernel-mutant")
+    if not name:
+        return
+    first = judged_first((MUTANTS.get(name) or SLOWDOWNS[name])[0])
+
+    def rank(item) -> int:
+        path = item.path
+        return first.index(path.name) if path.parent.name == "conformance" and path.name in first else len(first)
+
+    items.sort(key=rank)  # stable: the rest keep pytest's order
