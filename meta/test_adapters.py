@@ -262,6 +262,7 @@ def test_staging_keeps_rank_and_broadcast_views(monkeypatch):
     from harness import torch_staging
 
     fake = types.SimpleNamespace(from_numpy=_FakeTensor, bfloat16="bf16")
+    fake.cuda = types.SimpleNamespace(mem_get_info=lambda: (80 << 30, 141 << 30))
     monkeypatch.setattr(torch_staging, "_torch", lambda: fake)
     assert torch_staging.to_device(np.array(7, np.int32)).a.shape == ()
     huge = np.broadcast_to(np.zeros((), contract.BF16), (1 << 22, 64, 576))
@@ -269,6 +270,12 @@ def test_staging_keeps_rank_and_broadcast_views(monkeypatch):
     assert t.a.shape == huge.shape and t.a.base is not None and t.a.strides == (0, 0, 0)
     rows = np.broadcast_to(np.arange(3, dtype=np.int32)[:, None], (3, 1 << 40))
     assert (torch_staging.to_device(rows).a[:, 12345] == [0, 1, 2]).all()
+    torch_staging.check_fits({"kv_cache": huge, "rows": rows})  # a few bytes staged
+    from harness.boundaries.builders import reserved_zeros
+
+    too_big = reserved_zeros((81 << 30,), np.uint8)  # address space only
+    with pytest.raises(torch_staging.CannotStage, match=r"^kv_cache: 81 GiB cannot be staged"):
+        torch_staging.check_fits({"kv_cache": too_big, "rows": rows})
 
 
 # --- the peers' oracle check, on the CPU --------------------------------------------------------------------
