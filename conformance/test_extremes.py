@@ -1,6 +1,9 @@
 """tree_build and tree_accept at the edges of every limit (contract/limits.py), bit-exact against the
 reference: the largest batch with distinct prefix lengths, the largest budget, top-k, depth and context,
-trees spanning several visibility words, page sizes 1, 64 and sizes that are not powers of two.
+trees spanning several visibility words, page sizes 1, 64 and sizes that are not powers of two; depth-32 trees
+whose B-th and (B+1)-th candidates tie, through every build path of every tree_build variant (staged and global
+log-probs, the selection taken, its replay after a failed check or an overflow, the race and the replay's own
+build). (tree_verify's extremes: test_extremes_verify.py.)
 
 Extremes are not combined beyond what fits in memory: at the largest context the requests share their
 prefix pages (allowed: only the tree's own rows must not alias). The reference's result for each case is
@@ -11,6 +14,7 @@ few seconds on one core are marked slow.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import ml_dtypes
@@ -35,6 +39,74 @@ def _topk(bs, L, K_in, B, prefix, *, style="bf16", seed=0, full_mask=False) -> C
     return hh.topk_case(lp, ids, roots, B, np.asarray(prefix, np.int32), with_full_mask=full_mask)
 
 
+def deep_tie_rows(L, K, kind) -> np.ndarray:
+    """[L, K] log-prob rows of a tree that reaches depth L (rank 0 is a certain token) and ties everywhere:
+    'staircase': rank 1 at depth d costs 1 + (L - d)/64, the deeper the cheaper, and a deviation ties with its
+      zero-extensions (tie groups of 1, 2, 3, ... nodes); ranks 2.. cost 8 more each;
+    'signed': the same with -0.0 at rank 0 of every other depth (equal scores of other bits);
+    'diagonal': rank r at depth d costs 1 + (L - d + r - 1)/64: every (depth, rank) on a diagonal ties, ranks up
+      to ~20;
+    'near': the staircase's costs 2^-14 apart: distinct scores sharing the 20-bit key prefixes select_warp's
+      threshold search works in;
+    'wide': every depth but the last costs 1000 + r, the last ties its siblings in pairs (r // 2 · 2^-12), so
+      the boundary falls between siblings of ranks near K;
+    'ranksum': rank r costs r at every depth: every tuple of a rank sum ties (hundreds to thousands of nodes)."""
+    d = np.arange(1, L + 1, dtype=np.float64)[:, None]
+    r = np.arange(K, dtype=np.float64)[None, :]
+    step = {"near": 2.0**-14}.get(kind, 1 / 64)
+    if kind in ("staircase", "signed", "near"):
+        lp = -(1 + (L - d) * step) - (r - 1) * 8
+    elif kind == "diagonal":
+        lp = -(1 + (L - d + r - 1) / 64) + 0 * r
+    elif kind == "wide":
+        lp = np.where(d < L, -(1000 + r), -(r // 2) * 2.0**-12)
+    else:
+        lp = -r + 0 * d
+    lp = np.where(r == 0, 0.0, lp).astype(np.float32)
+    if kind == "signed":
+        lp[::2, 0] = -0.0
+    return lp
+
+
+def _deep_ties(bs, K_in, B, kinds, *, seed=0) -> Case:
+    """bs requests of depth-32 tie rows, kinds cycled over the batch, and checks that the case does what its
+    name says: every request reaches depth 32, and where its tree is not the whole candidate set its B-th node
+    ties with the next candidate (the heap run one pop further)."""
+    L = limits.MAX_DEPTH
+    rng = np.random.default_rng(seed)
+    lp = np.stack([deep_tie_rows(L, K_in, kinds[b % len(kinds)]) for b in range(bs)])
+    ids = hh.distinct_ids(rng, (bs, L, K_in))
+    case = hh.topk_case(lp, ids, np.arange(bs, dtype=np.int32) * 11, B, (np.arange(bs) * 97).astype(np.int32))
+    for b in range(bs):
+        _, depths, _, _, scores = ref_build.build_one(lp[b], ids[b], B + 1)
+        assert max(depths) == L, (kinds[b % len(kinds)], max(depths))
+        assert len(scores) <= B or scores[B - 1] == scores[B], f"no tie at the boundary: {kinds[b % len(kinds)]}"
+    return case
+
+
+def _unstable(bs, K_in, B, *, seed=20261203) -> Case:
+    """Depth-32 rows whose sibling chains the select kernels' shortcut gets wrong (hh.unstable_chain_rows): their
+    check fails and they replay (at B = 700 the shortcut misses nodes of the tree in 5 of 6 requests)."""
+    rng = np.random.default_rng(seed)
+    shape = (bs, limits.MAX_DEPTH, K_in)
+    lp = hh.unstable_chain_rows(rng, shape)
+    return hh.topk_case(lp, hh.distinct_ids(rng, shape), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))
+
+
+DEEP_KINDS = ("staircase", "diagonal", "signed", "near", "wide", "ranksum")
+# name -> (case factory, slow). Each batch mixes rows the selection takes and rows it replays (ranksum overflows
+# its candidates at every budget; near and wide at some); B = 1024, K_in = 1024 reads the log-probs from global
+# memory in the select builds (128 KB), B = 256, K_in = 256 stages them (32 KB); the 99 KB builds have no room for
+# candidates at B = 1024 (the replay alone) and heap_smem_99k stages nothing there.
+DEEP = {
+    "L32-ties-B64-Kin8": (lambda: _deep_ties(6, 8, 64, DEEP_KINDS), False),
+    "L32-ties-B256-Kin256": (lambda: _deep_ties(6, 256, 256, DEEP_KINDS), False),
+    "L32-ties-B1024-Kin1024": (lambda: _deep_ties(6, 1024, 1024, DEEP_KINDS), False),
+    "L32-unstable-B700-Kin8": (lambda: _unstable(6, 8, 700), False),
+    # more requests than any GPU runs races at once: select_race hands the batch to lane_cached's build
+    "L32-ties-bs1024-B256": (lambda: _deep_ties(1024, 16, 256, DEEP_KINDS), True),
+}
+
 BUILD = {
     "bs1024-distinct-prefixes": (lambda: _topk(1024, L15, 64, 64, np.arange(1024) * 37, full_mask=True), False),
     "B1024-Kin8-L32": (lambda: _topk(2, 32, 8, 1024, [0, 5]), False),
@@ -44,6 +116,7 @@ BUILD = {
     "vis-4-words": (lambda: _topk(3, 8, 16, 100, [0, 1, 64], full_mask=True), False),
     "largest-context": (lambda: _topk(2, L15, 64, 1024, [limits.MAX_CONTEXT - 1025, 7]), False),
     "bs1024-B256": (lambda: _topk(1024, L15, 256, 256, np.arange(1024)), True),
+    **DEEP,
 }
 
 
@@ -70,7 +143,7 @@ def check_tree_invariants(case: Case, got: Tree) -> None:
     assert (par[:, 0] == -1).all() and (sc[:, 0] == 0).all(), "[TB.2.7] root"
 
 
-@pytest.mark.spec("TB.2.3", "TB.2.6", "TB.3.1", "TB.3.2", "TB.3.3", "TB.3.4")
+@pytest.mark.spec("TB.2.2", "TB.2.3", "TB.2.6", "TB.3.1", "TB.3.2", "TB.3.3", "TB.3.4")
 @pytest.mark.parametrize("name", [_param(n, s) for n, (_, s) in BUILD.items()])
 def test_tree_build_extremes(impl, name):
     case, want = build_case(name)
@@ -86,6 +159,52 @@ def test_tree_build_extremes(impl, name):
                 spec_id="TB.2.3",
                 context={"case": name, "race_min_b": race_min_b},
             )
+
+
+# --- the select kernels' paths on the depth-32 ties ------------------------------------------------------------
+SELECT_VARIANTS = ("select_verify", "select_warp", "select_race")
+SELECTED, UNVERIFIED, OVERFLOW = "selected", "check failed", "overflow"
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("TB.2.2", "TB.2.3")
+@pytest.mark.parametrize("variant", [v + t for v in SELECT_VARIANTS for t in ("", "_99k")])
+def test_deep_ties_take_every_select_path(variant):
+    """The select variants built to report their path in n_nodes (KDTR_TB_FALLBACK=2: -1 a check failed, -2 the
+    candidates overflowed; the selection first, the replay after it, also in a race build) on the depth-32 tie
+    cases, racing at every budget: the selection is taken on some requests, replayed after an overflow on others
+    and after a failed check on others (where the build has room for candidates at that case's budget), and
+    every request's tree is the reference's."""
+    from harness import device
+    from kernels_cu import geometry, runtime, specs, tree_build_ops
+
+    if not device.probe().ok:
+        pytest.skip(f"GPU unavailable: {device.probe().reason}")
+    spec = specs.get("tree_build", variant)
+    build = tree_build_ops.bind(spec.with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2"), race_min_b=1)
+    limit = tree_build_ops.smem_limit(spec, runtime.smem_optin_limit())
+    seen: dict[str, set] = collections.defaultdict(set)
+    for name in DEEP:
+        if BUILD[name][1]:
+            continue  # the wide batch replays in lane_cached's build: nothing to report
+        case, want = build_case(name)
+        got = build(**case.args)
+        n = np.asarray(got.n_nodes)
+        for b, x in enumerate(n):
+            seen[{-1: UNVERIFIED, -2: OVERFLOW}.get(int(x), SELECTED)].add(f"{name}[{b}]")
+        ok = n > 0
+        assert_bit_exact(n[ok], want.n_nodes[ok], what="n_nodes", spec_id="TB.2.3", context={"case": name})
+        for f in (f for f in Tree.FIELDS if f != "n_nodes"):  # the replay's tree where the selection was not taken
+            assert_bit_exact(
+                np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3", context={"case": name}
+            )
+    expected = {SELECTED, OVERFLOW}
+    unstable = DEEP["L32-unstable-B700-Kin8"][0]()
+    if geometry.tree_build(
+        unstable.budget, limits.MAX_DEPTH, unstable.top_logp.shape[2], limit, *tree_build_ops.policies(spec)
+    )[2]:
+        expected.add(UNVERIFIED)  # the 99 KB race build has no room for candidates at B = 700: the replay alone
+    assert expected <= set(seen), f"{variant}: paths taken {dict(seen)}, expected each of {sorted(expected)}"
 
 
 def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat16) -> Case:
