@@ -3,7 +3,9 @@ reference: the largest batch with distinct prefix lengths, the largest budget, t
 trees spanning several visibility words, page sizes 1, 64 and sizes that are not powers of two; depth-32 trees
 whose B-th and (B+1)-th candidates tie, through every build path of every tree_build variant (staged and global
 log-probs, the selection taken, its replay after a failed check or an overflow, the race and the replay's own
-build). (tree_verify's extremes: test_extremes_verify.py.)
+build); budgets the brute-force oracle can check whose heap frontier holds more than 32 tied entries at once
+(so some lane of the lane-cached pop holds several); accept trees past the 128 threads of a block with sibling
+lists of a thousand nodes and fp32 rows wider than the block. (tree_verify's extremes: test_extremes_verify.py.)
 
 Extremes are not combined beyond what fits in memory: at the largest context the requests share their
 prefix pages (allowed: only the tree's own rows must not alias). The reference's result for each case is
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import heapq
 
 import ml_dtypes
 import numpy as np
@@ -25,6 +28,7 @@ from contract import Accept, Tree, limits
 from harness import strategies as hh
 from harness.cases import Case, run
 from harness.compare import assert_bit_exact
+from reference import oracles
 from reference import tree_accept as ref_accept
 from reference import tree_build as ref_build
 
@@ -207,11 +211,98 @@ def test_deep_ties_take_every_select_path(variant):
     assert expected <= set(seen), f"{variant}: paths taken {dict(seen)}, expected each of {sorted(expected)}"
 
 
+# --- brute-force oracle budgets with tied entries in every lane ---------------------------------------------------
+LANES = 32  # the lane-cached pop's warp: lane l holds frontier slots j·32 + l (kernels_cu/tree_build.cuh)
+
+
+def frontier_ties(lp: np.ndarray, B: int) -> int:
+    """The most entries of equal score the reference heap's frontier holds at once while it pops one request's B
+    nodes: above LANES, some lane of the lane-cached pop holds two of them (it must pick by rank tuple)."""
+    L, K = lp.shape[0], min(B, lp.shape[1])
+    heap: list = []
+    count: collections.Counter = collections.Counter()
+    most = 0
+
+    def push(s, t):
+        if ref_build.selectable(s):
+            heapq.heappush(heap, (ref_build.heap_key(s, t), s))
+            count[s] += 1
+
+    push(ref_build.first_score(lp[0, 0]), (0,))
+    for _ in range(B):
+        if not heap:
+            break
+        most = max(most, max(count.values()))
+        (_, t), s = heapq.heappop(heap)
+        count[s] -= 1
+        d, r = len(t), t[-1]
+        if r + 1 < K:
+            push(ref_build.sibling_score(s, lp[d - 1, r], lp[d - 1, r + 1]), (*t[:-1], r + 1))
+        if d < L:
+            push(ref_build.child_score(s, lp[d, 0]), (*t, 0))
+    return most
+
+
+def _brute(bs, L, K_in, B, style, *, inf_frac=0.0, seed=0) -> Case:
+    rng = np.random.default_rng(seed)
+    if style == "ranksum":
+        lp = np.broadcast_to(-np.arange(K_in, dtype=np.float32), (bs, L, K_in)).copy()
+    else:
+        lp = hh.logp_rows(rng, (bs, L, K_in), style, inf_frac)
+    case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, K_in)), np.arange(bs, dtype=np.int32), B)
+    ties = [frontier_ties(lp[b], B) for b in range(bs)]
+    assert min(ties) > LANES, f"a request's frontier never holds more than {LANES} tied entries: {ties}"
+    return case
+
+
+# name -> case factory: up to 5,460 candidates (L = 6, K = 4), budgets up to the largest; the frontier holds 43 to
+# 192 entries of one score at once (in every request), some -inf.
+BRUTE = {
+    "L6-Kin4-B200-coarse": lambda: _brute(4, 6, 4, 200, "coarse", seed=1),
+    "L6-Kin4-B1024-coarse-inf": lambda: _brute(4, 6, 4, 1024, "coarse", inf_frac=0.1, seed=5),
+    "L10-Kin2-B1000-coarse": lambda: _brute(4, 10, 2, 1000, "coarse", seed=3),
+    "L4-Kin8-B1024-coarse": lambda: _brute(4, 4, 8, 1024, "coarse", seed=4),
+    "L5-Kin5-B512-ranksum": lambda: _brute(2, 5, 5, 512, "ranksum"),
+}
+
+
+@functools.cache
+def brute_case(name) -> tuple[Case, list]:
+    case = BRUTE[name]()
+    return case, [
+        oracles.brute_force_tree(case.top_logp[b], case.top_ids[b], case.budget) for b in range(case.top_logp.shape[0])
+    ]
+
+
+@pytest.mark.spec("TB.2.1", "TB.2.2", "TB.2.3", "TB.2.4", "TB.2.5")
+@pytest.mark.parametrize("name", list(BRUTE))
+def test_brute_force_budgets_with_tied_lanes(impl, name):
+    """Budgets up to 1024 on inputs the brute-force oracle enumerates whole, with so many ties that the frontier
+    holds more than 32 entries of one score at once: node for node the oracle's (and bit for bit the
+    reference's), with the race at every budget too."""
+    case, oracle = brute_case(name)
+    want = ref_build.tree_build(**case.args)
+    for race_min_b in impl.knob_values("tree_build", "race_min_b", [None, 1]):
+        got = run(impl, case, race_min_b=race_min_b)
+        for b, (par, dep, tok, rk, sc) in enumerate(oracle):
+            n = len(par)
+            ctx = {"case": name, "request": b, "race_min_b": race_min_b}
+            assert int(got.n_nodes[b]) == 1 + n, f"[TB.2.4] {ctx}: n_nodes {int(got.n_nodes[b])}, oracle {1 + n}"
+            for f, v, dt in (("parents", par, np.int32), ("depths", dep, np.int32), ("tokens", tok, np.int32),
+                             ("ranks", rk, np.int32), ("scores", sc, np.float64)):  # fmt: skip
+                assert_bit_exact(
+                    np.asarray(getattr(got, f))[b, 1 : 1 + n], np.array(v, dt), what=f, spec_id="TB.2.3", context=ctx
+                )
+        for f in Tree.FIELDS:
+            assert_bit_exact(
+                np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3", context={"case": name}
+            )
+
+
 def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat16) -> Case:
     """Random trees of width D (every other one with a chain as deep as 32), planted matches, and a paged
     cache whose tree rows are on pages of their own while every request's prefix pages are one shared page."""
     rng = np.random.default_rng(seed)
-    prefix = np.asarray(prefix, np.int32)
     par = np.full((bs, D), -1, np.int32)
     for b in range(bs):
         chain = min(D - 1, limits.MAX_DEPTH) if b % 2 == 0 else 0
@@ -219,17 +310,26 @@ def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat
         for i in range(1 + chain, D):
             par[b, i] = rng.integers(0, i)
     depth = np.stack([hh.depths_of(p) for p in par])
-    L = int(depth.max())
     par = np.where(depth > limits.MAX_DEPTH, 0, par)  # keep every node within the depth limit
-    fc = np.empty((bs, D), np.int32)
-    ns = np.empty((bs, D), np.int32)
-    for b in range(bs):
-        fc[b], ns[b] = hh.links_of(par[b], D)
+    fc = np.stack([hh.links_of(p, D)[0] for p in par])
     tokens = rng.integers(0, vocab, (bs, D)).astype(np.int32)
     target = rng.integers(0, vocab, (bs, D)).astype(np.int32)
     planted = rng.random((bs, D)) < 0.8
     has_child = fc >= 0
     target = np.where(planted & has_child, np.take_along_axis(tokens, np.maximum(fc, 0), axis=1), target)
+    return _accept_case(rng, par, tokens, target, page_size, prefix, dtype)
+
+
+def _accept_case(rng, par, tokens, target, page_size, prefix, dtype) -> Case:
+    """A tree_accept case over parent arrays [bs, D] (every node within the depth limit), with the commit on a
+    paged cache whose tree rows are on pages of their own while every request's prefix pages are one shared page."""
+    bs, D = par.shape
+    prefix = np.asarray(prefix, np.int32)
+    L = int(max(hh.depths_of(p).max() for p in par))
+    fc = np.empty((bs, D), np.int32)
+    ns = np.empty((bs, D), np.int32)
+    for b in range(bs):
+        fc[b], ns[b] = hh.links_of(par[b], D)
     first_tree_page = prefix // page_size
     last_page = (prefix + D - 1) // page_size
     n_tree_pages = last_page - first_tree_page + 1
@@ -243,7 +343,28 @@ def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat
         k += n_tree_pages[b]
     kv = (rng.standard_normal((total, page_size, limits.HEAD_DIM)) * 0.5).astype(np.float32).astype(dtype)
     args = dict(kv_cache=kv, block_table=bt, prefix_lens=prefix)
-    return hh.accept_case(par, np.full(bs, D, np.int32), tokens, fc, ns, target, min(L, limits.MAX_DEPTH), **args)
+    return hh.accept_case(par, np.full(bs, D, np.int32), tokens, fc, ns, target, max(L, 1), **args)
+
+
+def _accept_long_lists(page_size, prefix, *, dtype=np.float32, seed=0) -> Case:
+    """Two trees of 1025 slots whose root has 993 and 1024 children (sibling lists eight times the block's 128 threads):
+    in request 0 children 500 and 900 both carry the root's target (the first in list order, 500, wins) and a
+    chain under 500 takes the walk to depth 32; in request 1 only the last child matches and leads nowhere. fp32
+    rows: 144 16-byte columns, more than the block's threads, so the commit's threads take two each."""
+    D, L = limits.MAX_TREE, limits.MAX_DEPTH
+    rng = np.random.default_rng(seed)
+    par = np.zeros((2, D), np.int32)
+    par[:, 0] = -1
+    chain = np.arange(D - L, D - 1)  # 31 nodes under node 500: depths 2..32
+    par[0, chain] = np.concatenate([[500], chain[:-1]])
+    tokens = (10_000 + rng.permutation(2 * D).reshape(2, D)).astype(np.int32)
+    tokens[0, 900] = tokens[0, 500]
+    target = rng.integers(0, 1000, (2, D)).astype(np.int32)  # below every token: no other match
+    target[0, 0] = tokens[0, 500]
+    target[0, 500] = tokens[0, chain[0]]
+    target[0, chain[:-1]] = tokens[0, chain[1:]]
+    target[1, 0] = tokens[1, D - 1]
+    return _accept_case(rng, par, tokens, target, page_size, prefix, dtype)
 
 
 ACCEPT = {
@@ -257,6 +378,7 @@ ACCEPT = {
     ),
     "largest-context-page1": (lambda: _accept(1, 65, 1, [limits.MAX_CONTEXT - 65]), False),
     "page-size-1024": (lambda: _accept(3, 200, 1024, [0, 1000, 5000]), False),
+    "D1025-sibling-lists-993-fp32": (lambda: _accept_long_lists(16, [0, 3000]), False),
 }
 
 
