@@ -117,6 +117,11 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const int* bt = block_table + static_cast<size_t>(b) * max_pages;",
         "const int* bt = block_table;",
     ),
+    "k_tv_kv_row_offset_32bit": (  # the cache row's element offset in int: wraps past 2^31 elements (4 GiB of bf16)
+        "tree_verify",
+        "src = kv + (static_cast<size_t>(bt[p / page_size]) * page_size + p % page_size) * tv::kHeadDim;",
+        "src = kv + (bt[p / page_size] * page_size + p % page_size) * tv::kHeadDim;",
+    ),
     "k_tv_mask_added_not_selected": (  # -inf added to the logit: a NaN row the query cannot see leaks in
         "tree_verify",
         "x[e] = seen ? dot * scale : neg_inf();",

@@ -127,6 +127,16 @@ def distinct_ids(rng: np.random.Generator, shape) -> np.ndarray:
     return np.argsort(rng.random(shape), axis=-1).astype(np.int32) + np.int32(rng.integers(0, 1000))
 
 
+def unstable_chain_rows(rng: np.random.Generator, shape) -> np.ndarray:
+    """Log-prob rows [..., K] whose sibling chains the select kernels' shortcut s_r = t_0 + lp[r] gets wrong: rank 0
+    a tiny log-prob with a full mantissa, ranks 1.. near -1000 in steps of 20-30, crossing binades (1024, 2048)."""
+    steps = rng.uniform(20.0, 30.0, shape)
+    steps[..., 0] = 0.0
+    wide = -(1000.0 + np.cumsum(steps, axis=-1) - steps[..., :1])
+    wide[..., 0] = -rng.uniform(1e-9, 2e-9, shape[:-1])
+    return wide.astype(np.float32)
+
+
 def select_fallback_cases() -> dict[str, Case]:
     """tree_build inputs on which the select-then-verify kernel (kernels_cu/tree_build.cu) must replay:
     'unstable_chains': rank 0 of each row a tiny log-prob with a full mantissa, ranks 1.. near -1000 and
@@ -136,14 +146,11 @@ def select_fallback_cases() -> dict[str, Case]:
     group larger than the kernel's candidate capacity (it overflows)."""
     rng = np.random.default_rng(20261203)
     shape = (6, 4, 64)
-    steps = rng.uniform(20.0, 30.0, shape)
-    steps[..., 0] = 0.0
-    wide = -(1000.0 + np.cumsum(steps, axis=-1) - steps[..., :1])
-    wide[..., 0] = -rng.uniform(1e-9, 2e-9, shape[:-1])
+    wide = unstable_chain_rows(rng, shape)
     ties = np.zeros(shape, np.float32)
     roots = np.arange(shape[0], dtype=np.int32)
     return {
-        "unstable_chains": topk_case(wide.astype(np.float32), distinct_ids(rng, shape), roots, 64),
+        "unstable_chains": topk_case(wide, distinct_ids(rng, shape), roots, 64),
         "all_ties": topk_case(ties, distinct_ids(rng, shape), roots, 64),
     }
 

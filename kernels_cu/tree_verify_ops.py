@@ -47,6 +47,32 @@ def sm90a_takes(dtype_name: str, page_size: int) -> bool:
     return geometry.tree_verify_sm90a_serves(dtype_name == "bf16", page_size)
 
 
+def page_size_classes() -> dict[int, str]:
+    """{page size: its class}: one size (or a few) of every page-size class the tree_verify kernels address
+    differently, derived from the contract's range and tree_verify.cuh's sm90a rule (sm90a_takes), so that the
+    tests that cover each class follow the kernels and no list of sizes is written twice. sm90a: every size it
+    takes below its key block (several pages to a block, one TMA box each) and, of the multiples of the block,
+    the first three and the largest (a page cut in block-row pieces); what it hands to portable, which addresses
+    any size row by row: 1, the first odd size, the first multiple of 8 that does not divide the block, the first
+    size past the block, and the largest size it does not take."""
+    block = geometry.tree_verify(1, 1, geometry.tree_verify_variant(SM90A), budget=geometry.unbounded_budget())
+    bn = block["block_n"]
+    sizes = range(1, limits.MAX_PAGE_SIZE + 1)
+    served = [p for p in sizes if sm90a_takes("bf16", p)]
+    handed = [p for p in sizes if not sm90a_takes("bf16", p)]
+    whole = [p for p in served if p % bn == 0]
+    out = {p: f"sm90a: {bn // p} pages per {bn}-key block" for p in served if p < bn}
+    out |= {p: f"sm90a: {p // bn} piece(s) of {bn} rows per page" for p in (*whole[:3], whole[-1])}
+    out |= {
+        handed[0]: "portable (sm90a hands it over): one row per page",
+        next(p for p in handed if p > 1 and p % 2): "portable (sm90a hands it over): odd",
+        next(p for p in handed if p % 8 == 0): "portable (sm90a hands it over): a multiple of 8 not dividing the block",
+        next(p for p in handed if p > bn): "portable (sm90a hands it over): past one block",
+        handed[-1]: "portable (sm90a hands it over): the largest it does not take",
+    }
+    return dict(sorted(out.items()))
+
+
 def served_by(spec: KernelSpec, dtype_name: str, page_size: int) -> KernelSpec:
     """The spec that runs a call for `spec`: the sm90a variant hands what it does not take to portable."""
     if spec.variant == SM90A and not sm90a_takes(dtype_name, page_size):

@@ -95,7 +95,8 @@ stage_engine_cuda() {
       || return; fi
   run engine_cuda_conformance timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_tree_build.py \
       conformance/test_tree_verify.py conformance/test_tree_accept.py conformance/test_fixtures.py \
-      conformance/test_extremes.py conformance/test_device_arrays.py conformance/test_boundaries.py \
+      conformance/test_extremes.py conformance/test_extremes_verify.py conformance/test_device_arrays.py \
+      conformance/test_boundaries.py \
       --impl engine-cuda --require-gpu \
       -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/engine_cuda"
   run engine_cuda_equivalence timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_engine_cuda.py \
