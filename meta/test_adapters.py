@@ -324,3 +324,18 @@ def test_bench_report_shows_peers_and_the_read_ceiling():
     assert "| flashmla µs | × vs flashmla |" in lines and "| 30 | 0.5 |" in lines
     assert "| wrong | — |" in lines
     assert f"{100 * info['fraction']['read']:.1f} %" in lines
+    assert "- chain, sm90a: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over 1 shapes: median 0.5" in lines
+    assert "at least as fast at 0 of 1." in lines
+
+
+def test_peers_plot_drawn_for_chains(tmp_path):
+    """The chains' peer-ratio plot is drawn when the run has chain cases with peers, and not otherwise."""
+    pytest.importorskip("matplotlib")
+    from harness.bench import plots
+
+    case = {"op": "tree_verify", "impl": "cuda", "variant": "sm90a", "speedups": {"flashmla": 0.5},
+            "shape": {"H": 64, "Q": 2, "prefix": 8192, "bs": 1, "sweep": "chain"}}  # fmt: skip
+    plt = plots._plt()
+    assert plots.tree_verify_peers([case], tmp_path, plt) == {"tree_verify_peers": "tree_verify_peers.png"}
+    assert (tmp_path / "tree_verify_peers.png").stat().st_size > 0
+    assert plots.tree_verify_peers([{**case, "shape": {**case["shape"], "sweep": "grid"}}], tmp_path, plt) == {}

@@ -1,7 +1,7 @@
 """PNG plots of a benchmark run (matplotlib, the `report` extra): tree_build time and speedup against batch
 size per budget with every CPU comparator; tree_verify TFLOP/s against prefix, batch size and budget with the
-measured bf16 ceiling drawn; the modelled share of the step per op against concurrency. A plot whose data the
-run lacks is not drawn."""
+measured bf16 ceiling drawn, and its time beside the public MLA kernels' on chains; the modelled share of the
+step per op against concurrency. A plot whose data the run lacks is not drawn."""
 
 from __future__ import annotations
 
@@ -198,6 +198,40 @@ def tree_verify(cases, out: pathlib.Path, plt, bf16, copy=None) -> dict:
     return made
 
 
+PEER_STYLE = {"flashmla": "o", "flashinfer_mla": "s", "flashinfer_mla_fa2": "^"}
+
+
+def tree_verify_peers(cases, out: pathlib.Path, plt) -> dict:
+    """On chains: each peer's time / the kernel's per shape (above 1 the kernel is faster), one panel per H and
+    variant, shapes ordered by Q, prefix and batch."""
+    verify = [c for c in cases if c["op"] == "tree_verify" and c["impl"] == "cuda"]
+    chain = [c for c in verify if c["shape"].get("sweep") == "chain"]
+    panels = sorted({(c["shape"]["H"], c.get("variant")) for c in chain})
+    if not panels:
+        return {}
+    fig, axes = _grid(plt, len(panels), width=7.5)
+    for ax, (H, variant) in zip(axes, panels):
+        rows = sorted((c for c in chain if c["shape"]["H"] == H and c.get("variant") == variant),
+                      key=lambda c: (c["shape"]["Q"], c["shape"]["prefix"], c["shape"]["bs"]))  # fmt: skip
+        xs = range(len(rows))
+        for n, marker in PEER_STYLE.items():
+            pts = [(x, c["speedups"][n]) for x, c in zip(xs, rows) if c["speedups"].get(n) is not None]
+            if pts:
+                ax.plot(*zip(*pts), marker, ls=":", label=n)
+        ax.axhline(1.0, color="k", lw=1)
+        ax.set_yscale("log", base=2)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([f"Q{c['shape']['Q']} {_label(c['shape']['prefix'])} bs{c['shape']['bs']}" for c in rows],
+                           rotation=90, fontsize=6)  # fmt: skip
+        ax.set_title(f"tree_verify {variant} on chains, H = {H}")
+        ax.set_ylabel("peer time / kernel time")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    made = {"tree_verify_peers": _save(fig, out, "tree_verify_peers")}
+    plt.close(fig)
+    return made
+
+
 def e2e_share(run_cases, out: pathlib.Path, plt, ceilings, assumptions) -> dict:
     results = [e2e.analyse(run_cases, m, assumptions, ceilings) for m in e2e.MODELS]
     fig, axes = _grid(plt, len(results))
@@ -233,5 +267,6 @@ def draw(run: dict, out: pathlib.Path, *, ceilings: dict, assumptions) -> dict:
     cases = [c for c in run["cases"] if not sm120.is_twin(c)]  # the H200's own variants (sm_120's: a table)
     made.update(tree_build(cases, out, plt))
     made.update(tree_verify(cases, out, plt, ceilings.get("bf16_tflops"), ceilings.get("copy_gbs")))
+    made.update(tree_verify_peers(cases, out, plt))
     made.update(e2e_share(cases, out, plt, ceilings, assumptions))
     return made

@@ -15,10 +15,11 @@ PACKAGES = ("torch", "cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-
 
 def load(paths) -> dict:
     """Merge stage files: {"runs": [per file facts], "cases": [extra_info + name], "machine": machine_info}."""
-    runs, cases, machine = [], {}, None
+    runs, cases, machine, peers = [], {}, None, {}
     for path in paths:
         data = json.loads(pathlib.Path(path).read_text())
         machine = machine or data.get("machine_info", {})
+        peers.update({p: v for p, v in (data.get("machine_info", {}).get("peers") or {}).items() if v})
         k = data.get("kdtr", {})
         runs.append(
             {
@@ -41,7 +42,8 @@ def load(paths) -> dict:
             # "cuda:heap_smem" -> impl "cuda", variant "heap_smem": tables and plots keep one row per variant
             case["impl"], _, case["variant"] = str(case.get("impl", "")).partition(":")
             cases[key] = case
-    return {"runs": runs, "cases": list(cases.values()), "machine": machine or {}}
+    # the peers' versions from whichever file timed them (the first file's machine may have had none)
+    return {"runs": runs, "cases": list(cases.values()), "machine": {**(machine or {}), "peers": peers}}
 
 
 def best_ceilings(run: dict) -> dict:
@@ -244,6 +246,25 @@ def _cell(x: dict | None) -> str:
     return "n/a" if "not installed" in e or "cannot run" in e or "GPU" in e else "err"
 
 
+def peer_summary(gpu, peer_names) -> list[str]:
+    """Per set and variant: × vs the faster of the peers timed (the aim is ≥ 1 everywhere), as a median and a
+    range over the shapes, with the shapes at or above 1 counted."""
+    out = []
+    groups = collections.defaultdict(list)
+    for c in gpu:
+        sp = [c["speedups"][n] for n in peer_names if c["speedups"].get(n) is not None and n != "flashinfer_mla_fa2"]
+        if sp:
+            groups[(c["shape"].get("sweep", "grid"), c.get("variant") or "—")].append(min(sp))
+    for (sweep, variant), v in sorted(groups.items()):
+        v.sort()
+        med = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        out.append(
+            f"- {sweep}, {variant}: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over {len(v)} shapes: median "
+            f"{fmt(med)}, from {fmt(v[0])} to {fmt(v[-1])}; at least as fast at {sum(x >= 1 for x in v)} of {len(v)}."
+        )
+    return [*out, ""] if out else []
+
+
 def tree_verify_section(cases, plots: dict) -> list[str]:
     rows = [c for c in cases if c["op"] == "tree_verify"]
     if not rows:
@@ -291,7 +312,8 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
                 + f" | {fmt(best)} |" + "".join(f" {p} |" for p in peer_cells)
             )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]
-        for k in ("tree_verify_prefix", "tree_verify_batch", "tree_verify_budget"):
+        lines += peer_summary(gpu, peer_names)
+        for k in ("tree_verify_peers", "tree_verify_prefix", "tree_verify_batch", "tree_verify_budget"):
             if k in plots:
                 lines += [f"![{k}]({plots[k]})", ""]
     cpu = [c for c in rows if c["impl"] != "cuda"]
