@@ -58,22 +58,9 @@ def lse_clause(dtype):
     return "TV.2.3" if np.dtype(dtype) == np.float32 else "TV.2.9"
 
 
-def _tree(rng, n, shape):
-    """A parent array of n nodes: 'random' (parents anywhere earlier), 'bushy' (parents among the first four),
-    'chain'."""
-    if shape == "chain":
-        return np.arange(-1, n - 1, dtype=np.int32)
-    if shape == "bushy":
-        par = rng.integers(0, np.maximum(1, np.minimum(np.arange(n), 4)))
-    else:
-        par = (rng.random(n) * np.arange(n)).astype(np.int64)
-    par[0] = -1
-    return par.astype(np.int32)
-
-
 def shaped(dtype, trees, prefix, page_size, H, *, seed, q_scale=1.0):
     rng = np.random.default_rng(seed)
-    pars = [_tree(rng, n, shape) for n, shape in trees]
+    pars = [hh.shaped_parents(rng, n, shape) for n, shape in trees]
     # the page size is each test's subject: never fitted to a declaration (an implementation that does not take
     # it reports the case as not claimed)
     return hh.paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=SCALE, strict_pages=True)
@@ -243,7 +230,7 @@ def huge_pool_case(dtype, *, seed=11):
         kv[bt[b, rows // POOL_PAGE], rows % POOL_PAGE] = (
             (rng.standard_normal((len(rows), limits.HEAD_DIM)) * 0.5).astype(np.float32).astype(dtype)
         )
-    pars = [_tree(rng, Q, shape) for shape in ("random", "bushy", "chain", "random")]
+    pars = [hh.shaped_parents(rng, Q, shape) for shape in ("random", "bushy", "chain", "random")]
     parents = np.stack(pars)
     depths = np.stack([hh.depths_of(p) for p in pars])
     vis = layouts(parents, depths, np.full(len(prefix), Q, np.int32), prefix)[0]

@@ -422,22 +422,9 @@ def test_batch_invariant(impl, case, data):
 DTYPES = [pytest.param(np.float32, id="fp32"), pytest.param(BF16, id="bf16")]
 
 
-def _random_tree(rng, n, shape="random"):
-    """A parent array of n nodes: 'random' (parents anywhere earlier), 'bushy' (parents among the first few
-    nodes), 'chain'."""
-    if shape == "chain":
-        return np.arange(-1, n - 1, dtype=np.int32)
-    if shape == "bushy":
-        par = rng.integers(0, np.maximum(1, np.minimum(np.arange(n), 4)))
-    else:
-        par = (rng.random(n) * np.arange(n)).astype(np.int64)
-    par[0] = -1
-    return par.astype(np.int32)
-
-
 def shaped_case(dtype, trees, prefix, page_size, H, *, seed=0, q_scale=1.0, scale=0.130861, strict_pages=False):
     rng = np.random.default_rng(seed)
-    pars = [t if isinstance(t, np.ndarray) else _random_tree(rng, *t) for t in trees]
+    pars = [t if isinstance(t, np.ndarray) else hh.shaped_parents(rng, *t) for t in trees]
     return hh.paged_case(rng, dtype, pars, prefix, page_size, H, q_scale=q_scale, scale=scale,
                          strict_pages=strict_pages)  # fmt: skip
 

@@ -347,6 +347,19 @@ def fit_to_declaration(pars, page_size, *, strict_pages=False):
     return pars, page_size
 
 
+def shaped_parents(rng, n, shape="random") -> np.ndarray:
+    """A parent array of n nodes: 'random' (parents anywhere earlier), 'bushy' (parents among the first four
+    nodes), 'chain'."""
+    if shape == "chain":
+        return np.arange(-1, n - 1, dtype=np.int32)
+    if shape == "bushy":
+        par = rng.integers(0, np.maximum(1, np.minimum(np.arange(n), 4)))
+    else:
+        par = (rng.random(n) * np.arange(n)).astype(np.int64)
+    par[0] = -1
+    return par.astype(np.int32)
+
+
 def paged_case(rng, dtype, pars, prefix, page_size, H, *, q_scale=1.0, scale=0.130861, strict_pages=False) -> Case:
     """One tree_verify case: request b's tree is the parent array pars[b] (padded to the longest with pad
     slots), prefix[b] prefix keys, a shuffled paged cache (build_paged_cache). Under a declaration that
