@@ -48,7 +48,7 @@ def readme_paths() -> list[str]:
     out = set()
     for t in re.findall(r"`([^`\s]+)`", (ROOT / "README.md").read_text()):
         t = t.rstrip(".,:;)")
-        if t.split("/")[0] not in top or "/" not in t and "." not in t:
+        if t.split("/")[0] not in top or ("/" not in t and "." not in t):
             continue
         if re.search(r"[<>*{}$]", t) or t.startswith(GENERATED):
             continue
