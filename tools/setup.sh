@@ -20,10 +20,20 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,report]'
-# the example user package (examples/kdtree_example_impl): `--impl example-correct` / `example-wrong` by entry point
-.venv/bin/python -m pip install -q --no-deps -e examples/kdtree_example_impl
+# The Python packages are (re)installed only when what they are installed from changed: an editable install
+# follows the sources by itself, so a second `make conformance` starts the tests at once.
+stamp=.venv/.kdtr-setup
+want=$(cat pyproject.toml examples/kdtree_example_impl/pyproject.toml | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the Python packages into .venv (pyproject.toml is new or changed)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test,report]'
+  # the example user package (examples/kdtree_example_impl): `--impl example-correct` / `example-wrong` by entry point
+  .venv/bin/python -m pip install -q --no-deps -e examples/kdtree_example_impl
+  echo "$want" > "$stamp"
+else
+  echo "setup: Python packages up to date"
+fi
 
 cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/kdtr -j "$(nproc)" >/dev/null
