@@ -5,9 +5,10 @@
 # Usage: tools/sm120_certify.sh OUT [stages...]   (stages: check mutants_tb perf summary; default all, in order;
 #        each of check, mutants_tb and perf fits 10 minutes on an H200, so they may be run one per call into OUT)
 #   check:      the twins' conformance (+ the device's arch-limit row and query-kernel geometry), the tree_verify
-#               kernel mutants (k_tv_*: portable and portable_99k), compute-sanitizer (four tools) on
+#               kernel mutants (k_tv_*: on portable and portable_99k together, then on the twin alone), compute-sanitizer (four tools) on
 #               portable_99k's sanitize cases and on the tree_build twins' conformance tests, side by side
-#   mutants_tb: the tree_build kernel mutants (k_tb_*), judged on every tree_build variant, twins included
+#   mutants_tb: the tree_build kernel mutants (k_tb_*), judged on every tree_build variant, then on the twins alone
+#               (those whose machine code the patch changes: meta/test_kernel_mutants.py)
 #   perf:       the quick perf grid without comparators, every variant (twins beside their bases) -> OUT/perf-sm120.json
 #   summary:    tools/sm120_summary.py OUT (exit 1 if a row failed, a mutant survived or a sanitizer run failed)
 # Env: PYTHON (python3), JOBS (6), KDTR_STAGE_TIMEOUT (540 s per run).
