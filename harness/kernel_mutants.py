@@ -340,7 +340,8 @@ CONFORMANCE_DESELECT = ("meta/test_mutants.py", "meta/test_kernel_mutants.py")
 
 def twin_variants(name: str) -> list[str]:
     """The sm_120 twins (`_99k`, kernels_cu/specs.py) built from the source mutant `name` patches."""
-    return [s.variant for s in mutated_specs(name) if "KDTR_SMEM_BUDGET" in s.all_defines()]
+    twins = {s.variant for s in specs.sm120_twins()}
+    return [s.variant for s in mutated_specs(name) if s.variant in twins]
 
 
 def code_sections(cubin: bytes) -> dict[str, bytes]:
@@ -363,10 +364,10 @@ def twins_changed(name: str) -> list[str]:
     does not build (another variant's selection, say) cannot be killed on that twin and is not judged there."""
     from kernels_cu import runtime
 
-    base = {s.variant: s for s in specs.SPECS}
+    base = {s.variant: s for s in specs.sm120_twins()}
     changed = []
     for s in mutated_specs(name):
-        if s.variant in twin_variants(name):
+        if s.variant in base:
             arch = s.archs[0]
             before = code_sections(runtime.compile_kernel(base[s.variant], arch).cubin)
             if code_sections(runtime.compile_kernel(s, arch).cubin) != before:

@@ -217,6 +217,11 @@ SPECS += tuple(
 )
 
 
+def sm120_twins(slug: str | None = None) -> list[KernelSpec]:
+    """The `_99k` twins (built at another arch's shared-memory budget: what an sm_120 GPU runs), of one op or all."""
+    return [s for s in SPECS if "KDTR_SMEM_BUDGET" in s.all_defines() and slug in (None, s.slug)]
+
+
 def for_op(slug: str) -> list[KernelSpec]:
     return [s for s in SPECS if s.slug == slug]
 

@@ -79,7 +79,7 @@ def test_sm120_model_and_its_twins():
     ratio = sm120.H200_BF16_TFLOPS / sm120.RTX_PRO_6000_BF16_TFLOPS
     assert sm120.model_us(100.0, 1000) == (100.0 * ratio, "tensor")
     assert sm120.model_us(1.0, 1792 * 10**6) == (1000.0, "bandwidth")  # 1.792 GB at 1792 GB/s
-    twins = {s.variant for s in specs.SPECS if "KDTR_SMEM_BUDGET" in s.all_defines()}
+    twins = {s.variant for s in specs.sm120_twins()}
     assert sm120.VARIANT in twins and all(sm120.is_twin({"variant": v}) for v in twins)
     assert not any(sm120.is_twin({"variant": s.variant}) for s in specs.SPECS if s.variant not in twins)
     run = report.load([])

@@ -21,8 +21,8 @@ LIMIT=${KDTR_STAGE_TIMEOUT:-540}
 mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
-TWINS=$("$PY" -c 'from kernels_cu import specs; print(" ".join(s.variant for s in specs.SPECS if "KDTR_SMEM_BUDGET" in s.all_defines()))')
-TB_TWINS=$("$PY" -c 'from kernels_cu import specs; print(" ".join(s.variant for s in specs.for_op("tree_build") if "KDTR_SMEM_BUDGET" in s.all_defines()))')
+TWINS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.sm120_twins()))')
+TB_TWINS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.sm120_twins("tree_build")))')
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 run() {  # name command...: its log, rc, time and last result line go to the summary
   local name=$1; shift; local t0=$SECONDS

@@ -21,7 +21,7 @@ def other_arch_budget(op: str) -> set[str]:
     runs, built for sm_90): the benchmarks time them on a subset beside the variants they mirror."""
     from kernels_cu import specs
 
-    return {s.variant for s in specs.for_op(op) if "KDTR_SMEM_BUDGET" in s.all_defines()}
+    return {s.variant for s in specs.sm120_twins(op)}
 
 
 def prepare(op: str, variant: str, *args, **kwargs):
