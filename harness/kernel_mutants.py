@@ -379,16 +379,13 @@ def judging_command(name: str, report_dir, variants=None) -> list[str]:
     """The pytest command that judges kernel mutant `name`: the conformance stage's tests that can run its
     kernels (those of a `cuda` implementation, and the GPU-marked ones: a CPU-only test cannot see a broken
     kernel, so it must not be taken for its killer), with the mutated variants as the implementations, its
-    own op's tests and the fixtures first (most mutants die there in seconds), stopping at the first failure.
-    `variants` narrows the implementations (the twins alone: a kill on the sm_90 build says nothing of the
-    build an sm_120 GPU runs, whose tiles and capacities differ)."""
-    slug = (MUTANTS.get(name) or SLOWDOWNS[name])[0]
+    own op's tests and the fixtures first (pytest_collection_modifyitems below: most mutants die there in
+    seconds), stopping at the first failure. `variants` narrows the implementations (the twins alone: a kill
+    on the sm_90 build says nothing of the build an sm_120 GPU runs, whose tiles and capacities differ)."""
     chosen = [s.variant for s in mutated_specs(name) if variants is None or s.variant in variants]
     impls = [a for v in chosen for a in ("--impl", f"cuda:{v}")]
-    first = [f"conformance/{f}" for f in judged_first(slug)]  # ordered by the plugin's collection hook below
     deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
     return [
-        *first,
         *CONFORMANCE_PATHS,
         *deselect,
         "-k",

@@ -20,6 +20,13 @@ def _torch():
     return torch
 
 
+def distinct_values(a: np.ndarray) -> np.ndarray | None:
+    """The values a broadcast view repeats (its zero-stride axes cut to length 1), or None for any other array."""
+    if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True)):
+        return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+    return None
+
+
 def to_device(a: np.ndarray):
     """A plain numpy array as a torch tensor on the current CUDA device (same shape, dtype and bits).
 
@@ -28,8 +35,8 @@ def to_device(a: np.ndarray):
     and the implementation must still see the shape it has to refuse. 0-d arrays stay 0-d (numpy's
     ascontiguousarray would make them 1-d, and a rank check would then see the wrong rank)."""
     torch = _torch()
-    if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True)):
-        distinct = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+    distinct = distinct_values(a)
+    if distinct is not None:
         return to_device(np.ascontiguousarray(distinct)).expand(a.shape)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
@@ -58,9 +65,8 @@ class CannotStage(Exception):
 
 def staged_bytes(a: np.ndarray) -> int:
     """Device memory to_device takes for `a` (a broadcast view only its distinct values)."""
-    if a.size and any(st == 0 and n > 1 for st, n in zip(a.strides, a.shape, strict=True)):
-        return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)].nbytes
-    return a.nbytes
+    distinct = distinct_values(a)
+    return a.nbytes if distinct is None else distinct.nbytes
 
 
 def check_fits(arrays: dict) -> None:

@@ -307,6 +307,13 @@ CHUNK_CONFIGS = [
 ]
 
 
+def write_json(json_path, copy, mm, **tables) -> None:
+    """The timings beside the ceilings measured in the same run, when a --json file was asked for."""
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, **tables}, f, indent=1)
+
+
 def versus(json_path=None) -> int:
     """sm90a and portable on the same shapes, one table with the speedup."""
     copy, mm = ceilings()
@@ -327,9 +334,7 @@ def versus(json_path=None) -> int:
     for b in chunked:
         print(f"| {b['bs']} | {b['Q']} | {b['H']} | {b['prefix']} | {b['chunk']} x {b['splits']} | {b['ctas']} | "
               f"{b['us']:.1f} | {b['tflops']:.0f} | {b['gbs']:.0f} ({b['pct_copy']:.0f} %) |")  # fmt: skip
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "versus": rows, "chunks": chunked}, f, indent=1)
+    write_json(json_path, copy, mm, versus=rows, chunks=chunked)
     return 0
 
 
@@ -344,9 +349,7 @@ def time_configs(json_path=None) -> int:
     for r in knockouts:
         cells = (r["variant"], r["bs"], r["Q"], r["H"], r["prefix"], f"{r['us']:.1f}", f"{r['tflops']:.0f}")
         print("| " + " | ".join(str(c) for c in cells) + " |")
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "results": results, "variants": knockouts}, f, indent=1)
+    write_json(json_path, copy, mm, results=results, variants=knockouts)
     return 0
 
 
@@ -401,9 +404,7 @@ def knockouts(json_path=None) -> int:
     for r in rows:
         print(f"| {r['variant']} | {r['bs']} | {r['Q']} | {r['H']} | {r['prefix']} | {r['chunk']} x {r['splits']} | "
               f"{r['us']:.1f} | {r['tflops']:.0f} |")  # fmt: skip
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"copy_gbs": copy, "bf16_mm_tflops": mm, "knockouts": rows}, f, indent=1)
+    write_json(json_path, copy, mm, knockouts=rows)
     return 0
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import pathlib
+import statistics
 
 from . import e2e, record, sm120
 
@@ -256,11 +257,11 @@ def peer_summary(gpu, peer_names) -> list[str]:
         if sp:
             groups[(c["shape"].get("sweep", "grid"), c.get("variant") or "—")].append(min(sp))
     for (sweep, variant), v in sorted(groups.items()):
-        v.sort()
-        med = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        med = statistics.median(v)
         out.append(
-            f"- {sweep}, {variant}: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over {len(v)} shapes: median "
-            f"{fmt(med)}, from {fmt(v[0])} to {fmt(v[-1])}; at least as fast at {sum(x >= 1 for x in v)} of {len(v)}."
+            f"- {sweep}, {variant}: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over {len(v)} shapes: "
+            f"median {fmt(med)}, from {fmt(min(v))} to {fmt(max(v))}; at least as fast at {sum(x >= 1 for x in v)} "
+            f"of {len(v)}."
         )
     return [*out, ""] if out else []
 
