@@ -325,7 +325,36 @@ def test_bench_report_shows_peers_and_the_read_ceiling():
     assert "| wrong | — |" in lines
     assert f"{100 * info['fraction']['read']:.1f} %" in lines
     assert "- chain, sm90a: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over 1 shapes: median 0.5" in lines
-    assert "at least as fast at 0 of 1." in lines
+    assert "at least 1 at 0 of 1." in lines
+
+
+def test_bench_report_shares_a_shapes_comparators_and_compares_trees_with_chains():
+    """A shape's cascades, timed once beside portable, give sm90a's row its own ratio (same run only); the
+    summary counts the cascades' aim (1.3) on trees, and a variant's tree time is set against its chain time."""
+    from harness.bench import record, report
+
+    t = lambda us: {"median_us": us, "p10_us": us, "p90_us": us, "rel_spread": 0.0, "n": 5, "where": "device",
+                    "method": "x"}  # fmt: skip
+
+    def case(variant, us, sweep, comparators=None, stage_file="a.json"):
+        shape = {"H": 64, "Q": 16, "prefix": 8192, "bs": 1, **({"sweep": sweep} if sweep else {})}
+        info = record.build(op="tree_verify", impl=f"cuda:{variant}", shape=shape, time=t(us), bytes_moved=10**6,
+                            flops=10**9, comparators=comparators)  # fmt: skip
+        return {**info, "impl": "cuda", "variant": variant, "name": variant, "fullname": variant,
+                "stage_file": stage_file}  # fmt: skip
+
+    cascade = {"flashmla_cascade": record.comparator(t(200.0), check={"ok": True})}
+    rows = [case("portable", 400.0, None, cascade), case("sm90a", 100.0, None), case("sm90a", 95.0, "chain"),
+            case("sm90a_elsewhere", 100.0, None, stage_file="b.json")]  # fmt: skip
+    shared = report.share_comparators(rows)
+    assert shared[1]["speedups"]["flashmla_cascade"] == 2.0 and "flashmla_cascade" not in rows[1]["speedups"]
+    assert "flashmla_cascade" not in shared[3]["comparators"], "another run's comparators were borrowed"
+    lines = "\n".join(report.tree_verify_section(rows, {}))
+    assert "- grid (DDTree trees), sm90a: × vs the faster of the FlashMLA and FlashInfer MLA cascades over 1 " \
+           "shapes: median 2, from 2 to 2; at least 1.3 at 1 of 1." in lines  # fmt: skip
+    assert "- grid (DDTree trees), portable: " in lines and "at least 1.3 at 0 of 1." in lines
+    assert "- sm90a: tree time / chain time at the same H, Q, prefix, bs over 1 shapes (chains from a.json): " \
+           "median 1.05" in lines and "within 1.1 at 1 of 1." in lines  # fmt: skip
 
 
 def test_peers_plot_drawn_for_chains(tmp_path):

@@ -247,21 +247,83 @@ def _cell(x: dict | None) -> str:
     return "n/a" if "not installed" in e or "cannot run" in e or "GPU" in e else "err"
 
 
+# what each set's aim compares a variant with (issue 25's aims): chains with the faster public decode kernel
+# (fa2 apart: portable's own yardstick), trees with the faster cascade built from them
+PEER_SETS = {
+    "chain": ("the faster of FlashMLA and FlashInfer MLA (fa3)", ("flashmla", "flashinfer_mla"), 1.0),
+    "fa2": ("FlashInfer MLA fa2", ("flashinfer_mla_fa2",), 1.0),
+    "grid": ("the faster of the FlashMLA and FlashInfer MLA cascades",
+             ("flashmla_cascade", "flashinfer_mla_cascade"), 1.3),
+}  # fmt: skip
+
+
+def _shape_key(c) -> tuple:
+    s = c["shape"]
+    return (s.get("sweep", "grid"), s["H"], s["Q"], s["prefix"], s["bs"])
+
+
+def share_comparators(gpu) -> list[dict]:
+    """The comparators of a shape run once, beside one variant (portable), in the same run as the other
+    variants at that shape: every variant's row gets their times and its own ratio to them (copies; the
+    rows given are left as they are). Rows from different stage files never share."""
+    by_shape = collections.defaultdict(dict)
+    for c in gpu:
+        for n, comp in c["comparators"].items():
+            by_shape[(c.get("stage_file"), *_shape_key(c))].setdefault(n, comp)
+    out = []
+    for c in gpu:
+        comps = {**by_shape[(c.get("stage_file"), *_shape_key(c))], **c["comparators"]}
+        med = c["time"]["median_us"]
+        sp = {n: x["time"]["median_us"] / med for n, x in comps.items() if "time" in x and med > 0}
+        out.append({**c, "comparators": comps, "speedups": sp})
+    return out
+
+
 def peer_summary(gpu, peer_names) -> list[str]:
-    """Per set and variant: × vs the faster of the peers timed (the aim is ≥ 1 everywhere), as a median and a
-    range over the shapes, with the shapes at or above 1 counted."""
+    """Per set (chain: the public decode kernels; fa2; grid: the cascades on DDTree trees) and variant: × vs
+    the faster peer of the set, as a median and a range over the shapes, with the shapes that meet the aim
+    (≥ 1 on chains, ≥ 1.3 against the cascades) counted."""
     out = []
     groups = collections.defaultdict(list)
     for c in gpu:
-        sp = [c["speedups"][n] for n in peer_names if c["speedups"].get(n) is not None and n != "flashinfer_mla_fa2"]
-        if sp:
-            groups[(c["shape"].get("sweep", "grid"), c.get("variant") or "—")].append(min(sp))
-    for (sweep, variant), v in sorted(groups.items()):
-        med = statistics.median(v)
+        sweep = c["shape"].get("sweep", "grid")
+        for set_name, (_, names, _) in PEER_SETS.items():
+            if (set_name == "grid") != (sweep == "grid") or not set(names) & set(peer_names):
+                continue
+            sp = [c["speedups"][n] for n in names if c["speedups"].get(n) is not None]
+            if sp:
+                groups[(set_name, c.get("variant") or "—")].append(min(sp))
+    for (set_name, variant), v in sorted(groups.items()):
+        label, _, aim = PEER_SETS[set_name]
+        sweep = "grid (DDTree trees)" if set_name == "grid" else "chain"
         out.append(
-            f"- {sweep}, {variant}: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over {len(v)} shapes: "
-            f"median {fmt(med)}, from {fmt(min(v))} to {fmt(max(v))}; at least as fast at {sum(x >= 1 for x in v)} "
-            f"of {len(v)}."
+            f"- {sweep}, {variant}: × vs {label} over {len(v)} shapes: median {fmt(statistics.median(v))}, "
+            f"from {fmt(min(v))} to {fmt(max(v))}; at least {fmt(aim)} at {sum(x >= aim for x in v)} of {len(v)}."
+        )
+    return [*out, ""] if out else []
+
+
+def tree_vs_chain(gpu) -> list[str]:
+    """Per variant: its time on a DDTree tree / its time on a chain of the same H, Q, prefix and bs (the aim:
+    within 10 %), where both were timed (possibly in different runs: the file of each is named)."""
+    chains = {(c.get("variant"), *_shape_key(c)[1:]): c for c in gpu if c["shape"].get("sweep") == "chain"}
+    pairs = collections.defaultdict(list)
+    for c in gpu:
+        if c["shape"].get("sweep", "grid") != "grid":
+            continue
+        ch = chains.get((c.get("variant"), *_shape_key(c)[1:]))
+        if ch:
+            pairs[c.get("variant")].append((_shape_key(c)[1:], c["time"]["median_us"] / ch["time"]["median_us"], ch))
+    out = []
+    for variant, v in sorted(pairs.items()):
+        r = [x for _, x, _ in v]
+        files = sorted({ch.get("stage_file") or "?" for _, _, ch in v})
+        worst = max(v, key=lambda p: p[1])[0]
+        out.append(
+            f"- {variant}: tree time / chain time at the same H, Q, prefix, bs over {len(v)} shapes (chains from "
+            f"{', '.join(files)}): median {fmt(statistics.median(r))}, from {fmt(min(r))} to {fmt(max(r))} "
+            f"(worst H={worst[0]} Q={worst[1]} prefix={worst[2]} bs={worst[3]}); within 1.1 at "
+            f"{sum(x <= 1.1 for x in r)} of {len(r)}."
         )
     return [*out, ""] if out else []
 
@@ -278,7 +340,7 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
         c["shape"]["bs"],
     )
     rows.sort(key=key)
-    gpu = [c for c in rows if c["impl"] == "cuda"]
+    gpu = share_comparators([c for c in rows if c["impl"] == "cuda"])
     lines = ["## tree_verify", ""]
     if gpu:
         names = _comparator_names(gpu)
@@ -291,6 +353,8 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
             "rows from the paged cache); the public MLA kernels (`set` chain: FlashMLA, FlashInfer MLA on the same "
             "chain-shaped tree) and the cascades built from them (on the tree grid), each checked against the "
             "float64 oracle at that shape; × vs X = X's time / the kernel's (above 1: the kernel is faster). "
+            "A shape's comparators run once, beside one variant, in the same run as the others: every variant's "
+            "row shows their times and its own ratio. "
             "`OOM` = would not fit or ran out of memory; `wrong` = failed its oracle check; `n/a` = not available "
             "here; `err` = failed (below).",
             "",
@@ -314,6 +378,7 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
             )  # fmt: skip
         lines += ["", *_errors(gpu, names), ""]
         lines += peer_summary(gpu, peer_names)
+        lines += tree_vs_chain(gpu)
         for k in ("tree_verify_peers", "tree_verify_prefix", "tree_verify_batch", "tree_verify_budget"):
             if k in plots:
                 lines += [f"![{k}]({plots[k]})", ""]
