@@ -32,7 +32,7 @@
 #endif
 #ifndef KDTR_TB_FALLBACK
 // What a failed selection does: 1 replays the heap (always, in a build); 2 replays it and reports why in
-// n_nodes (-1 a check failed, -2 U overflowed: tools/tree_build_dev.py measures the fallback rate). The
+// n_nodes (-1 a check failed, -2 U overflowed: lab/tree_build_dev.py measures the fallback rate). The
 // harness's fallback mutant sets 0: it keeps an unverified selection.
 #define KDTR_TB_FALLBACK 1
 #endif

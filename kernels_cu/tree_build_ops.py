@@ -172,7 +172,7 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
 # instead: the tree stays the reference's, so only the time would show that it happened. Its reporting build (the
 # same source and defines plus KDTR_TB_FALLBACK = 2, tree_build.cu) replays the same way and then writes why in the
 # request's n_nodes instead of the node count; these are the codes. The benchmark (perf/bench_tree_build.py, through
-# harness/bench/fallbacks.py) and tools/tree_build_dev.py's `fallbacks` count them here, with one reporting build.
+# harness/bench/fallbacks.py) and lab/tree_build_dev.py's `fallbacks` count them here, with one reporting build.
 FALLBACK_CODES = {-1: "checks_failed", -2: "overflowed"}
 
 
@@ -204,7 +204,7 @@ def selection_off(
     launched = _launched(spec, bs, B, race_min_b, sm_count)
     if launched.variant != spec.variant:
         return f"the launch runs {launched.variant}'s build (tree_build.cuh: race budget or wave)"
-    # KDTR_TB_SELECT_MIN_B: only design builds name it (tools/tree_build_dev.py); the kernel's default 0 selects
+    # KDTR_TB_SELECT_MIN_B: only design builds name it (lab/tree_build_dev.py); the kernel's default 0 selects
     # at every budget
     min_b = int(spec.all_defines().get("KDTR_TB_SELECT_MIN_B", "0"))
     if min_b > B:

@@ -59,7 +59,7 @@ static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buf
 
 // The warpgroups hand over through mbarriers of 128 arrivals (one per thread of the handing warpgroup, each
 // arriving after its own shared-memory writes; racecheck models this ordering, and not a named barrier's
-// arrive/sync pair: tools/sanitizer/warpgroup_exchange_race.cu), after the 2 x 9 slab barriers:
+// arrive/sync pair: lab/sanitizer/warpgroup_exchange_race.cu), after the 2 x 9 slab barriers:
 // kExR0: warpgroup 0's P, max and rescale factor of the even block are in shared memory (once per pair);
 // kExR1: the same from warpgroup 1 for the odd block (once per pair that has one);
 // kExP0Free: warpgroup 1's read of P0 has completed, so the next pair's P0 may be written;

@@ -1,5 +1,5 @@
 """The fallback rate of tree_build's select variants, as the benchmark measures it: the reporting build and the
-counting of its n_nodes codes (kernels_cu/tree_build_ops.py, shared with tools/tree_build_dev.py), when a launch
+counting of its n_nodes codes (kernels_cu/tree_build_ops.py, shared with lab/tree_build_dev.py), when a launch
 selects at all, the adversarial input family (harness/bench/fallbacks.py), and the planted build that always falls
 back (harness/kernel_mutants.py's slow_tb_always_fallback) reaching the reporting builds. The GPU half: the planted
 build replays every request where the registered one replays none."""

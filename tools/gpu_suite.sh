@@ -11,7 +11,7 @@
 #           `perf_gate.py compare --fallback-only` (times not compared there: that is the gate stage's); ~1 min
 #   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
-#   tb_dev: tools/tree_build_dev.py fallbacks and time (every tree_build design side by side, bit-checked)
+#   tb_dev: `python -m lab.tree_build_dev` fallbacks and time (every tree_build design side by side, bit-checked)
 #   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc; KDTR_ENGINE_PREBUILT=1 takes build/engine as it is),
 #           then runs every op clause with
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
@@ -24,6 +24,9 @@
 # Env: PYTHON (python3), KDTR_PERF_QUICK=1 (reduced grids), KDTR_STAGE_TIMEOUT (570 s per pytest run).
 # OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
+# The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
+# `python -m lab.tree_verify_dev sanitize`, and `tb_dev` is lab/tree_build_dev.py (`python -m` works because the
+# script runs from the repository root: the project need not be pip-installed).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/gpu_suite.sh OUT [stages]}; shift
@@ -82,7 +85,7 @@ stage_sanitizer() {
         -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
     for v in $TV_VARIANTS; do  # every tree_verify variant (portable_99k: sm_120's tiles, built for sm_90)
       run "sanitizer_${tool}_tree_verify_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
-          --error-exitcode 99 --print-limit 20 "$PY" tools/tree_verify_dev.py sanitize --variant "$v"
+          --error-exitcode 99 --print-limit 20 "$PY" -m lab.tree_verify_dev sanitize --variant "$v"
     done
   done
 }
@@ -160,8 +163,8 @@ for stage in "${STAGES[@]}"; do case $stage in
     grep -E 'FALLBACK RATE ROSE' "$OUT/logs/gate_fallback_planted.txt" | head -6 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1 ;;
   tb_dev)  # tree_build designs side by side, and how often the select variants replay (kernels_cu/PERF_NOTES.md)
-    run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py fallbacks --json "$OUT/tb-fallbacks.json"
-    run tb_dev_time timeout -k 30 "$LIMIT" "$PY" tools/tree_build_dev.py time ${KDTR_PERF_QUICK:+--quick} \
+    run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev fallbacks --json "$OUT/tb-fallbacks.json"
+    run tb_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev time ${KDTR_PERF_QUICK:+--quick} \
         --json "$OUT/tb-designs.json" ;;
   baseline)  # the CI gate: this run's perf files against stored ones from the same kind of GPU
     if [ -z "${KDTR_PERF_BASELINE:-}" ]; then summary "baseline: skipped (KDTR_PERF_BASELINE not set)"; continue; fi

@@ -44,7 +44,7 @@ for s in $STAGES; do case $s in
       -p no:cacheprovider --report-dir "$OUT/mutants" &
     ( for tool in memcheck racecheck initcheck synccheck; do
         run "sanitizer_${tool}_portable_99k" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-          "$PY" tools/tree_verify_dev.py sanitize --variant portable_99k
+          "$PY" -m lab.tree_verify_dev sanitize --variant portable_99k
       done ) &
     for tool in memcheck racecheck initcheck synccheck; do
       HYPOTHESIS_PROFILE=dev run "sanitizer_${tool}_tree_build_99k" compute-sanitizer --tool "$tool" \

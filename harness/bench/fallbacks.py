@@ -14,7 +14,7 @@ Two input families per case:
   deep, tie-heavy trees where the selection does the most work and is likeliest to give up: kernels_cu/PERF_NOTES.md).
 
 The counting itself (the reporting build, KDTR_TB_FALLBACK = 2, and its n_nodes codes) is
-kernels_cu.tree_build_ops.fallbacks(), shared with tools/tree_build_dev.py's `fallbacks`.
+kernels_cu.tree_build_ops.fallbacks(), shared with lab/tree_build_dev.py's `fallbacks`.
 """
 
 from __future__ import annotations

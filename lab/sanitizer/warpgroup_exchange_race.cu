@@ -6,7 +6,7 @@
 //   1: mbarrier arrive (release) by each writer thread, try_wait.parity (acquire) by the reader, and back
 //   2: bar.sync by both warpgroups (all 256 threads wait at each hand-over)
 //   3: no synchronisation at all (the positive control: racecheck must report hazards, values may be wrong)
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o warpgroup_exchange_race tools/sanitizer/warpgroup_exchange_race.cu
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -lineinfo -o warpgroup_exchange_race lab/sanitizer/warpgroup_exchange_race.cu
 //   compute-sanitizer --tool racecheck ./warpgroup_exchange_race MODE
 #include <cstdio>
 #include <cstdlib>

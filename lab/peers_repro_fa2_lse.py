@@ -9,7 +9,7 @@ converted here, and how well a few hypotheses about the fa2 path explain its lse
 to bf16 after scaling, or from a bf16 score).
 
     PYTHONPATH=.peers/site FLASHINFER_DISABLE_JIT=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1 \\
-        python tools/peers_repro_fa2_lse.py [--heads 16] [--seed 0]
+        python -m lab.peers_repro_fa2_lse [--heads 16] [--seed 0]
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """tree_verify kernel development checks on a GPU (not part of the test suite):
 
-  python3 tools/tree_verify_dev.py smoke      # small shapes against the float64 oracle, device arrays, and
-                                              # long prefixes (default splits) against a float64 torch reference
-  python3 tools/tree_verify_dev.py sanitize   # a few tiny launches of every entry (for compute-sanitizer)
-  python3 tools/tree_verify_dev.py time [--json F]  # timing table (CUDA events, graph replay, rotated inputs)
-  python3 tools/tree_verify_dev.py versus [--json F]  # sm90a beside portable on a few shapes (bf16, page 64)
+  python3 -m lab.tree_verify_dev smoke        # small shapes against the float64 oracle, device arrays, and
+                                                # long prefixes (default splits) against a float64 torch reference
+  python3 -m lab.tree_verify_dev sanitize     # a few tiny launches of every entry (for compute-sanitizer)
+  python3 -m lab.tree_verify_dev time [--json F]    # timing table (CUDA events, graph replay, rotated inputs)
+  python3 -m lab.tree_verify_dev versus [--json F]  # sm90a beside portable on a few shapes (bf16, page 64)
 
 --variant sm90a runs smoke, sanitize, time and profile on the sm90a kernel instead of portable (calls it
 does not take, fp32 or other page sizes, are served by portable, as through the registry).
 
-tools/tree_verify_dev.sh runs them as stages. Useful FLOPs = 2·H·Σ_q(prefix + visible tree keys)·(576+512);
+lab/tree_verify_dev.sh runs them as stages. Useful FLOPs = 2·H·Σ_q(prefix + visible tree keys)·(576+512);
 bytes = the KV rows each request needs once, q and out (partials and re-reads are not useful bytes).
 """
 
@@ -19,14 +19,11 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import statistics
 import sys
 import time
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from contract import BF16, TREE_VERIFY
 from contract.trees import unpack_visibility

@@ -4,7 +4,7 @@
 // and every thread reads them after the block barrier. The program runs the shape with and without the named
 // barriers in front of the writes; the writes, the block barrier and the reads are identical, so a hazard that
 // racecheck reports only with them is the tool's, not the pattern's.
-//   nvcc -arch=sm_90 -lineinfo -o named_barrier_race tools/sanitizer/named_barrier_race.cu
+//   nvcc -arch=sm_90 -lineinfo -o named_barrier_race lab/sanitizer/named_barrier_race.cu
 //   compute-sanitizer --tool racecheck ./named_barrier_race 0   (no named barrier: the control)
 //   compute-sanitizer --tool racecheck ./named_barrier_race 3   (three named barriers before the writes)
 //   compute-sanitizer --tool racecheck ./named_barrier_race 3 2 (the same, the block barrier as bar.sync 2, 256)

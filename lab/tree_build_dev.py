@@ -2,9 +2,9 @@
 process, the registered variants and the design alternatives kept only here (same source, other defines or
 block), each checked bit-exact against the reference on the timed inputs first.
 
-  python3 tools/tree_build_dev.py time [--quick] [--json F]   # µs per launch, warm CUDA-graph replays
-  python3 tools/tree_build_dev.py profile                      # clock64() cycles: pop loop, select_warp phases
-  python3 tools/tree_build_dev.py fallbacks [--json F] [--variants select_warp,select_verify]
+  python3 -m lab.tree_build_dev time [--quick] [--json F]     # µs per launch, warm CUDA-graph replays
+  python3 -m lab.tree_build_dev profile                        # clock64() cycles: pop loop, select_warp phases
+  python3 -m lab.tree_build_dev fallbacks [--json F] [--variants select_warp,select_verify]
                                                                # how often each select variant replays, and why
 
 Inputs are the benchmark's (perf/bench_tree_build.py: bf16-quantized log-probs, L = 15, K_in = B), plus the
@@ -18,11 +18,8 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import strategies as hh
 from harness import timing

@@ -2,7 +2,7 @@
 for trying changes to the algorithm on a CPU before spending GPU time: the same levels, thresholds, staircase
 caps, trial rounds, capacity and checks, one request at a time, with counters of the work it does.
 
-  python3 tools/tree_build_select_model.py     # per input family: outcome counts, levels, threshold rounds
+  python3 -m lab.tree_build_select_model       # per input family: outcome counts, levels, threshold rounds
 
 Outcomes as the kernel's reporting build gives them: 'ok' (the selection is the heap's), 'unverified' (a check or
 the chain-stability test failed: the kernel replays), 'overflow' (the candidates outgrew the capacity: replay).
@@ -12,13 +12,9 @@ Where the outcome is 'ok' the model's nodes are checked against the reference he
 from __future__ import annotations
 
 import collections
-import os
 import struct
-import sys
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from harness import strategies as hh
 from reference import tree_build as ref
@@ -197,7 +193,7 @@ def check_against_reference(lp, B, nodes):
 
 
 def main():
-    import tree_build_dev as dev  # the dev tool's input families
+    from lab import tree_build_dev as dev  # the dev tool's input families
 
     families = {
         "bench": dev.bench_inputs,

@@ -2,7 +2,7 @@
 race at B = 64, kernels_cu/PERF_NOTES.md): where the tree reaches depth L the selection pays a level loop per depth
 and loses to the replay at small B, so a kernel could skip the race there if it could tell in a few warp steps.
 
-  python3 tools/tree_build_depth_model.py [--requests N]
+  python3 -m lab.tree_build_depth_model [--requests N]
 
 The predictor reads only the log-probs: the chain c[d] = c[d-1] + lp[d][0] (the reference's order), and the
 one-deviation paths (the chain to depth e-1, rank r >= 1 at depth e, then rank 0 down to depth j >= e) that score
@@ -17,16 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from tree_build_dev import bench_inputs, drafter_inputs, peaked_inputs
-
+from lab.tree_build_dev import bench_inputs, drafter_inputs, peaked_inputs
 from reference import tree_build as ref
 
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tree_verify kernel development run on a GPU machine: smoke checks, the tree_verify conformance tests, the
 # kernel mutants and compute-sanitizer (in parallel, all correctness), then the timing table alone.
-# Usage: tools/tree_verify_dev.sh OUT [stages...]   (stages: smoke check time versus profile; default all)
+# Usage: lab/tree_verify_dev.sh OUT [stages...]   (stages: smoke check time versus profile; default all)
 # MUTANTS=0 leaves the kernel mutants out of `check`.
 # OUT gets summary.txt, timing.md, timing.json, versus.md, versus.json and logs.tar.gz. `versus` times the sm90a
 # variant beside portable.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: tools/tree_verify_dev.sh OUT [stages]}; shift
+OUT=${1:?usage: lab/tree_verify_dev.sh OUT [stages]}; shift
 STAGES=${*:-smoke check time versus profile}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT/logs"
@@ -25,8 +25,8 @@ stage() {  # name timeout_s command...: the command's log, rc and last result li
   ${CXX:-c++} --version | head -1; } >"$OUT/logs/env.log" 2>&1
 summary "tree_verify dev run, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -1)"
 for s in $STAGES; do case $s in
-  smoke) stage smoke 120 $PY tools/tree_verify_dev.py smoke
-    stage smoke_sm90a 120 $PY tools/tree_verify_dev.py smoke --variant sm90a ;;
+  smoke) stage smoke 120 $PY -m lab.tree_verify_dev smoke
+    stage smoke_sm90a 120 $PY -m lab.tree_verify_dev smoke --variant sm90a ;;
   check)
     stage conformance 270 $PY -m pytest conformance/test_tree_verify.py conformance/test_fixtures.py \
       conformance/test_kernels_build.py meta/test_kernel_geometry.py --impl cuda --impl cuda:sm90a --require-gpu -n 6 -q \
@@ -36,17 +36,17 @@ for s in $STAGES; do case $s in
     for v in portable sm90a; do  # each variant's kernels (sm90a's fp32 / odd-page calls run portable's)
       ( for tool in memcheck racecheck initcheck synccheck; do
           stage "sanitizer_${v}_$tool" 70 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
-            $PY tools/tree_verify_dev.py sanitize --variant "$v"
+            $PY -m lab.tree_verify_dev sanitize --variant "$v"
         done ) &
     done
     wait
     grep -E '^\| k_tv|^## Mutants' "$OUT/logs/mutants/conformance.md" 2>/dev/null | tee -a "$OUT/summary.txt" ;;
   time)
-    stage timing 180 $PY tools/tree_verify_dev.py time --json "$OUT/timing.json"
+    stage timing 180 $PY -m lab.tree_verify_dev time --json "$OUT/timing.json"
     grep -E '^\||^ceilings' "$OUT/logs/timing.log" >"$OUT/timing.md"
     cat "$OUT/timing.md" ;;
   versus)
-    stage versus 300 $PY tools/tree_verify_dev.py versus --json "$OUT/versus.json"
+    stage versus 300 $PY -m lab.tree_verify_dev versus --json "$OUT/versus.json"
     grep -E '^\||^ceilings' "$OUT/logs/versus.log" >"$OUT/versus.md"
     cat "$OUT/versus.md" ;;
   profile)  # Nsight Compute on one compute-bound launch (clocks left as they are)
@@ -55,7 +55,7 @@ for s in $STAGES; do case $s in
       k=tree_verify_bf16_kernel; [ "$v" = sm90a ] && k=tree_verify_sm90a_kernel
       stage "ncu_$v" 120 "$NCU" --clock-control none --kernel-name "$k" --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-        --section WarpStateStats --section Occupancy --section LaunchStats $PY tools/tree_verify_dev.py profile \
+        --section WarpStateStats --section Occupancy --section LaunchStats $PY -m lab.tree_verify_dev profile \
         --variant "$v"
       grep -E "Duration|Throughput|Pipe|Stall|Warp Cycles|Issue|Bank|Registers|Achieved Occupancy|SM Frequency" \
         "$OUT/logs/ncu_$v.log" | head -60 >"$OUT/ncu_$v.txt"
