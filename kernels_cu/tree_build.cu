@@ -642,7 +642,7 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 // 32 * kRaiseRegItems of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
 // W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
 // log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
-// registers but twice as much once the items are read from shared memory (kernels_cu/PERF_NOTES.md).
+// registers but twice as much once the items are read from shared memory (lab/PERF_NOTES.md).
 #ifndef KDTR_TB_RAISE_WAYS
 #define KDTR_TB_RAISE_WAYS 8
 #endif
@@ -907,7 +907,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
 // the first child, and those two lanes rescan their own slots on one code path. The node is linked to its
 // previous sibling through the generator index each slot keeps, so no per-parent last-child array is read.
 // (Computing the successors at pop time, after the broadcast, and lane 0's bookkeeping made the first version
-// 10-12 % slower at B = 64: kernels_cu/PERF_NOTES.md.)
+// 10-12 % slower at B = 64: lab/PERF_NOTES.md.)
 // Frontier: score [F], meta [F], generator node [F], F = 32 * tree_build_lane_slots(B) (16 bytes a slot).
 __device__ __forceinline__ void lane_successors(double s, int m, const float* lp, int ls, int L, int K, double* s2,
                                                 double* s3) {

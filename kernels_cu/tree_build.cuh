@@ -103,7 +103,7 @@ KDTR_HD constexpr int tree_build_select_cap(int B, int L, int K, long long smem_
 // wave of them (two at B >= 512, where the selection is 2.5x as fast as the replay) the replay's build finishes
 // the batch first; and below the budget min_b (the spec's KDTR_TB_RACE_MIN_B) the replay alone is as fast as the
 // selection on shallow trees and faster on deep ones, where the race also slows the replay down
-// (kernels_cu/PERF_NOTES.md). A launch of the race build with select capacity 0 would replay too, but on the
+// (lab/PERF_NOTES.md). A launch of the race build with select capacity 0 would replay too, but on the
 // race's big CTA (measured 19 % slower than lane_cached at bs 1024, B 64).
 #define KDTR_TB_WIDE_BATCH_VARIANT "lane_cached"
 KDTR_HD constexpr bool tree_build_race_selects(int bs, int B, int sm_count, int min_b) {

@@ -1,5 +1,5 @@
 """How well a cheap look at the rank-0 chain predicts a deep tree (CPU only; the design question of issue 12's
-race at B = 64, kernels_cu/PERF_NOTES.md): where the tree reaches depth L the selection pays a level loop per depth
+race at B = 64, lab/PERF_NOTES.md): where the tree reaches depth L the selection pays a level loop per depth
 and loses to the replay at small B, so a kernel could skip the race there if it could tell in a few warp steps.
 
   python3 -m lab.tree_build_depth_model [--requests N]

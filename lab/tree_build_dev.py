@@ -9,7 +9,7 @@ block), each checked bit-exact against the reference on the timed inputs first.
 
 Inputs are the benchmark's (perf/bench_tree_build.py: bf16-quantized log-probs, L = 15, K_in = B), plus the
 drafter-like peaked rows of `peaked_inputs` (one confident token per depth). Times are CUDA-event medians of
-graph replays of the same inputs (L2 warm), the number kernels_cu/PERF_NOTES.md tracks.
+graph replays of the same inputs (L2 warm), the number lab/PERF_NOTES.md tracks.
 """
 
 from __future__ import annotations

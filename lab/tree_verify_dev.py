@@ -393,7 +393,7 @@ def time_patched(spec, variants, configs, copy, mm) -> list[dict]:
 
 
 def knockouts(json_path=None) -> int:
-    """sm90a with one stage removed at a time (kernels_cu/PERF_NOTES.md: base minus knock-out = that stage)."""
+    """sm90a with one stage removed at a time (lab/PERF_NOTES.md: base minus knock-out = that stage)."""
     copy, mm = ceilings()
     rows = time_patched(specs.get("tree_verify", "sm90a"), VARIANTS_SM90A, KNOCKOUT_CONFIGS_SM90A, copy, mm)
     print("\n| sm90a variant | bs | Q | H | prefix | chunk x splits | µs | useful TFLOP/s |")

@@ -3,7 +3,7 @@ L = 15 (the DFlash-b16 drafters; also L = 32 at B = 64), K_in = B, prefix_lens =
 
 GPU cases (bs x B, every kernel variant; the *_99k twins, sm_120's budget built for sm_90, on the QUICK cells
 only): the kernel's device time with the L2 flushed before each launch (inputs this small
-cannot be rotated through 100 MB), and as warm graph replays (the number kernels_cu/PERF_NOTES.md tracks);
+cannot be rotated through 100 MB), and as warm graph replays (the number lab/PERF_NOTES.md tracks);
 each registered CPU builder (harness/bench/cpu_builders.py) alone and with the host<->device copies a
 CPU build adds (top-k down, every layout up); speedup = comparator median / kernel median.
 Beside them, end to end (host clock, synchronised): the kernel's whole call on device-resident inputs (the

@@ -162,7 +162,7 @@ for stage in "${STAGES[@]}"; do case $stage in
     summary "gate_fallback: planted always-fallback rc=$rc_planted (want 1): $(tail -1 "$OUT/logs/gate_fallback_planted.txt")"
     grep -E 'FALLBACK RATE ROSE' "$OUT/logs/gate_fallback_planted.txt" | head -6 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1 ;;
-  tb_dev)  # tree_build designs side by side, and how often the select variants replay (kernels_cu/PERF_NOTES.md)
+  tb_dev)  # tree_build designs side by side, and how often the select variants replay (lab/PERF_NOTES.md)
     run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev fallbacks --json "$OUT/tb-fallbacks.json"
     run tb_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev time ${KDTR_PERF_QUICK:+--quick} \
         --json "$OUT/tb-designs.json" ;;

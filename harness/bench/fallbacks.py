@@ -11,7 +11,7 @@ Two input families per case:
 - adversarial: the same rows with one token certain in every row (log-prob 0.0 at rank 0, every depth), so every
   node's chain of certain tokens ties its score and is popped right after it: every path of the tree reaches depth
   L (all but the one the budget cuts), and every score sits in a tie group that only the rank tuples order (the
-  deep, tie-heavy trees where the selection does the most work and is likeliest to give up: kernels_cu/PERF_NOTES.md).
+  deep, tie-heavy trees where the selection does the most work and is likeliest to give up: lab/PERF_NOTES.md).
 
 The counting itself (the reporting build, KDTR_TB_FALLBACK = 2, and its n_nodes codes) is
 kernels_cu.tree_build_ops.fallbacks(), shared with lab/tree_build_dev.py's `fallbacks`.
