@@ -49,7 +49,7 @@ fixtures:
 
 # The kernels' limits header, generated from contract/limits.py.
 limits:
-	.venv/bin/python tools/gen_limits_header.py
+	.venv/bin/python -m contract.gen_limits_header
 
 # The engine's nvcc build list, generated from kernels_cu/specs.py.
 engine-kernels:

@@ -1,7 +1,7 @@
 """Every limit of the ops' contracts, written once.
 
 The CUDA and C++ side get these values from `kernels_cu/contract_limits.cuh`, generated from this module
-by `tools/gen_limits_header.py` (a meta test fails when the header is stale). Encodings that depend on a
+by `contract/gen_limits_header.py` (a meta test fails when the header is stale). Encodings that depend on a
 limit `static_assert` against the generated constants.
 """
 

@@ -12,18 +12,13 @@ import numpy as np
 import pytest
 
 import contract
+from contract import gen_limits_header as gen
 from contract import limits
-from harness import tools
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _gen():
-    return tools.load_source("tools/gen_limits_header.py")
-
-
 def test_limits_header_is_generated_from_the_contract():
-    gen = _gen()
     assert gen.HEADER.read_text() == gen.render(), "kernels_cu/contract_limits.cuh is stale: run `make limits`"
     for name, value in limits.ALL.items():
         assert f"#define KDTR_{name} {value}" in gen.render()
