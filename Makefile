@@ -53,7 +53,7 @@ limits:
 
 # The engine's nvcc build list, generated from kernels_cu/specs.py.
 engine-kernels:
-	.venv/bin/python tools/gen_engine_kernels.py
+	.venv/bin/python -m kernels_cu.gen_engine_kernels
 
 clean:
 	rm -rf build .venv .pytest_cache .hypothesis

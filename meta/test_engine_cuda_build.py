@@ -7,22 +7,17 @@ import pathlib
 import pytest
 
 from harness import engine, tools
+from kernels_cu import gen_engine_kernels as gen
 from kernels_cu import specs
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _gen():
-    return tools.load_source("tools/gen_engine_kernels.py")
-
-
 def test_build_list_is_current_with_the_specs():
-    gen = _gen()
     assert gen.OUT.read_text() == gen.render(), "engine/cuda/kernel_specs.cmake is stale: run `make engine-kernels`"
 
 
 def test_nvcc_flags_follow_the_nvrtc_options():
-    gen = _gen()
     tb = specs.get("tree_build", "heap_smem")
     assert "--fmad=false" in gen.nvcc_options(tb)  # its float64 scores need the reference's operation order
     assert "-std=c++17" in gen.nvcc_options(specs.get("tree_verify", "portable"))
