@@ -42,7 +42,7 @@ format:
 	.venv/bin/ruff format .
 
 corpus:
-	.venv/bin/python tools/gen_kdtr_corpus.py
+	.venv/bin/python -m kdtr.gen_corpus
 
 fixtures:
 	.venv/bin/python tools/gen_fixtures.py

@@ -1,4 +1,4 @@
-"""Every golden KDTR file (kdtr/corpus, made by tools/gen_kdtr_corpus.py) in both readers, with data
+"""Every golden KDTR file (kdtr/corpus, made by kdtr/gen_corpus.py) in both readers, with data
 verification on and off (FORMAT.md §3).
 
 The corpus has one failing file per code, each check at its limit (just outside: refused with the code;
@@ -15,11 +15,11 @@ import pytest
 
 import kdtr
 from harness import tools
+from kdtr import gen_corpus
 from kdtr.describe import comparable, describe
 
-GEN = tools.load_source("tools/gen_kdtr_corpus.py")
 CORPUS = tools.ROOT / "kdtr" / "corpus"
-CASES = GEN.cases()
+CASES = gen_corpus.cases()
 E = kdtr.Code
 
 
@@ -34,7 +34,7 @@ def cpp_reader(request):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_corpus_file_in_both_readers(reader, cpp_reader, case, verify):
     _, want = CASES[case]
-    path = CORPUS / GEN.path_of(case, want)
+    path = CORPUS / gen_corpus.path_of(case, want)
     data = path.read_bytes()
     if not verify and want == E.DATA_CRC:
         want = None
@@ -62,6 +62,6 @@ def test_empty_tensors_with_huge_dims(reader):
 def test_corpus_files_are_the_generators():
     """Every committed corpus file is one of the generator's cases (a stray file would be tested by nothing
     that knows its expected code); freshness of their bytes is meta/test_layout.py's."""
-    made = {GEN.path_of(c, code) for c, (_, code) in CASES.items()}
+    made = {gen_corpus.path_of(c, code) for c, (_, code) in CASES.items()}
     have = {str(p.relative_to(CORPUS)) for p in CORPUS.rglob("*.kdtr")}
     assert have == made, (sorted(have - made), sorted(made - have))

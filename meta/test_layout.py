@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from harness import tools
 from harness.impls import OPS
+from kdtr import gen_corpus
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAYERS = {
@@ -30,9 +30,8 @@ def test_kernel_source_exists(op):
 
 
 def test_kdtr_corpus_is_fresh():
-    """The committed golden KDTR files are exactly what tools/gen_kdtr_corpus.py makes (make corpus)."""
-    gen = tools.load_source("tools/gen_kdtr_corpus.py")
-    for rel, data in gen.generate().items():
+    """The committed golden KDTR files are exactly what kdtr/gen_corpus.py makes (make corpus)."""
+    for rel, data in gen_corpus.generate().items():
         p = ROOT / "kdtr" / "corpus" / rel
         assert p.is_file() and p.read_bytes() == data, f"kdtr/corpus/{rel} is stale: run `make corpus`"
 

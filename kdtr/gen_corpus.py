@@ -1,5 +1,7 @@
-"""Generate the KDTR golden corpus (`make corpus`): kdtr/corpus/valid/<case>.kdtr, files both readers accept,
-and kdtr/corpus/invalid/Ecc_<case>.kdtr, files both readers refuse with code cc.
+"""Generate the KDTR golden corpus: kdtr/corpus/valid/<case>.kdtr, files both readers accept, and
+kdtr/corpus/invalid/Ecc_<case>.kdtr, files both readers refuse with code cc.
+
+    python -m kdtr.gen_corpus     # from the repository root; `make corpus` runs it
 
 Every file is a small valid file with one thing changed, and the CRCs fixed again where the targeted check
 comes after them, so that exactly the named check fires first. Three groups:
@@ -10,7 +12,7 @@ comes after them, so that exactly the named check fires first. Three groups:
 - EDGES: paths one file per code leaves unreached: alignments above 64, the first and the last byte of
   each pad, a rank-0 BOOL tensor's value, a data CRC or BOOL byte in the last byte or the last tensor.
 conformance/test_kdtr_checks.py runs both readers over every file (with data verification on and off);
-tools/kdtr_coverage.py fails unless every rejecting branch of both readers is taken by at least one of
+kdtr/coverage_gate.py fails unless every rejecting branch of both readers is taken by at least one of
 these files alone; meta/test_layout.py fails when the committed files differ from what this makes.
 """
 
@@ -19,15 +21,14 @@ from __future__ import annotations
 import pathlib
 import shutil
 import struct
-import sys
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from kdtr import Code, dumps
-from kdtr.testing import entry_offset, fix_crcs, fix_header_crc, index_offset, patch
+from .errors import Code
+from .testing import entry_offset, fix_crcs, fix_header_crc, index_offset, patch
+from .writer import dumps
 
-OUT = pathlib.Path(__file__).resolve().parent.parent / "kdtr" / "corpus"
+OUT = pathlib.Path(__file__).resolve().parent / "corpus"
 A = 64
 U64 = 2**64
 E = Code
@@ -372,10 +373,12 @@ def path_of(name: str, code: Code | None) -> str:
 
 
 def generate() -> dict[str, bytes]:
+    """Every corpus file's bytes by its path relative to kdtr/corpus."""
     return {path_of(name, code): data for name, (data, code) in cases().items()}
 
 
-if __name__ == "__main__":
+def main() -> None:
+    """Rewrite kdtr/corpus/valid and kdtr/corpus/invalid (files of cases that are gone go too)."""
     files = generate()
     for sub in ("valid", "invalid"):
         shutil.rmtree(OUT / sub, ignore_errors=True)
@@ -384,3 +387,7 @@ if __name__ == "__main__":
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(data)
     print(f"wrote {len(files)} files under {OUT}")
+
+
+if __name__ == "__main__":
+    main()
