@@ -298,9 +298,9 @@ def test_readers_agree_on_mutated_files(request, reader, tmp_path_factory, data)
     assert comparable(tools.inspect(p)) == comparable(describe(data))
 
 
-def _fuzz(request, cmd: list[str], tmp_path) -> None:
-    """Run a libFuzzer-style target for KDTR_FUZZ_SECONDS (default 60) seeded with the corpus; any crash,
-    abort or escaped exception fails, and the run's stats go into the report."""
+def _fuzz(request, cmd: list[str], tmp_path, cwd=None) -> None:
+    """Run a libFuzzer-style target for KDTR_FUZZ_SECONDS (default 60) seeded with the corpus, from `cwd`
+    (default tmp_path); any crash, abort or escaped exception fails, and the run's stats go into the report."""
     seconds = int(os.environ.get("KDTR_FUZZ_SECONDS", "60"))
     seeds = tmp_path / "corpus"
     seeds.mkdir()
@@ -315,7 +315,7 @@ def _fuzz(request, cmd: list[str], tmp_path) -> None:
         "-print_final_stats=1",
         *tools.fuzz_memory_flags(),
     ]
-    out = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=seconds + 120, cwd=tmp_path)
+    out = subprocess.run(cmd + flags, capture_output=True, text=True, timeout=seconds + 120, cwd=cwd or tmp_path)
     stats = [
         ln for ln in out.stderr.splitlines() if ln.startswith(("stat::number_of_executed_units", "stat::peak_rss"))
     ]
@@ -339,9 +339,10 @@ def test_libfuzzer_smoke(request, reader, tmp_path):
 @pytest.mark.spec("KDTR.4.1", "KDTR.4.2")
 @pytest.mark.parametrize("reader", ["python"])
 def test_atheris_smoke(request, reader, tmp_path):
-    """atheris over the Python reader (tools/fuzz_kdtr.py), the same properties as the C++ target."""
+    """atheris over the Python reader (kdtr/fuzz.py), the same properties as the C++ target."""
     try:
         import atheris  # noqa: F401
     except ImportError as e:
         tools.missing(request.config, f"atheris: {e}")
-    _fuzz(request, [sys.executable, str(ROOT / "tools" / "fuzz_kdtr.py")], tmp_path)
+    # run as a module from the repository root, as `make` and the GPU job run it: the package need not be installed
+    _fuzz(request, [sys.executable, "-m", "kdtr.fuzz"], tmp_path, cwd=ROOT)

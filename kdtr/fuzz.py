@@ -1,6 +1,6 @@
 """atheris (libFuzzer for Python) target over the Python KDTR reader, with every check on.
 
-    .venv/bin/python tools/fuzz_kdtr.py CORPUS_DIR -max_total_time=60 -dict=kdtr/tools/kdtr.dict
+    .venv/bin/python -m kdtr.fuzz CORPUS_DIR -max_total_time=60 -dict=kdtr/tools/kdtr.dict   # from the repo root
 
 The custom mutator recomputes the CRCs of 15 of every 16 mutants (kdtr.testing.fix_crcs), so mutations
 reach the checks behind them while inputs stay real KDTR files. An accepted input must give every tensor
@@ -11,16 +11,31 @@ KdtrError escaping the reader, or a broken property, is a crash (the input is wr
 
 from __future__ import annotations
 
-import pathlib
+import gc
 import struct
 import sys
+import types
 
 import atheris
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-with atheris.instrument_imports(include=["kdtr"]):
-    import kdtr
-    from kdtr.testing import fix_crcs
+import kdtr
+from kdtr.testing import fix_crcs
+
+
+def instrument_kdtr() -> int:
+    """Add atheris's coverage instrumentation to every function of the loaded kdtr modules; returns how many.
+
+    `python -m kdtr.fuzz` imports the kdtr package before this module runs, so atheris.instrument_imports
+    (which instruments modules as they are imported) would find nothing left to instrument; the functions are
+    patched in place instead (nested functions and lambdas with the function that holds them)."""
+    funcs = [
+        o
+        for o in gc.get_objects()
+        if isinstance(o, types.FunctionType) and (o.__module__ or "").partition(".")[0] == "kdtr"
+    ]
+    for fn in funcs:
+        atheris.instrument_func(fn)
+    return len(funcs)
 
 
 def check(data: bytes) -> None:
@@ -53,5 +68,6 @@ def mutate(data: bytes, max_size: int, seed: int) -> bytes:
 
 
 if __name__ == "__main__":
+    print(f"INFO: instrumented {instrument_kdtr()} functions of the kdtr package", file=sys.stderr)
     atheris.Setup(sys.argv, check, custom_mutator=mutate)
     atheris.Fuzz()
