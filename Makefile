@@ -15,11 +15,11 @@ conformance: setup
 # (KDTR_REQUIRE_TOOLS=1).
 test: setup
 	KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
-	.venv/bin/python tools/kdtr_coverage.py
+	.venv/bin/python -m kdtr.coverage_gate
 
 # Both outcomes of every branch of both KDTR readers under the KDTR tests (reports/kdtr-coverage.txt).
 kdtr-coverage: setup
-	.venv/bin/python tools/kdtr_coverage.py
+	.venv/bin/python -m kdtr.coverage_gate
 
 # Benchmarks: no xdist (pytest-benchmark turns itself off under it); without a GPU only the CPU cases run.
 # On a GPU, ARGS="--perf-stage build" etc. keeps each run within 10 minutes (README, Benchmarks).

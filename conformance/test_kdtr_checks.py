@@ -5,7 +5,7 @@ The corpus has one failing file per code, each check at its limit (just outside:
 just inside: accepted, or stopped by a later check with another code) and the edge paths a file per code
 leaves unreached (alignments above 64, the first and the last byte of each pad, a rank-0 BOOL tensor). Both
 readers must give exactly the same answer for each: code, entry, name and message; with data verification
-off the answer is the same except that a data CRC (E33) is no longer checked. tools/kdtr_coverage.py checks
+off the answer is the same except that a data CRC (E33) is no longer checked. kdtr/coverage_gate.py checks
 that these files alone take every rejecting branch of both readers.
 """
 
