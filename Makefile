@@ -45,7 +45,7 @@ corpus:
 	.venv/bin/python -m kdtr.gen_corpus
 
 fixtures:
-	.venv/bin/python tools/gen_fixtures.py
+	.venv/bin/python -m harness.gen_fixtures
 
 # The kernels' limits header, generated from contract/limits.py.
 limits:

@@ -12,17 +12,13 @@ import pytest
 
 import contract
 import kdtr
+from harness import gen_fixtures
 from harness import spec as clauses
-from harness import tools
 from harness.cases import Case, fixture_args, run
 from harness.compare import assert_bit_exact, assert_close
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-
-
-def _gen():
-    return tools.load_source("tools/gen_fixtures.py")
 
 
 def _files(op):
@@ -93,8 +89,7 @@ def test_sgl_kernel_golden_values():
 @pytest.mark.spec("TB.4.3", "TA.4.2", "TV.3.4")
 def test_fixtures_are_current():
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
-    gen = _gen()
-    assert manifest["source_hash"] == gen.source_hash(), (
+    assert manifest["source_hash"] == gen_fixtures.source_hash(), (
         "fixture sources changed since the fixtures were made: run `make fixtures` and review the diff"
     )
     on_disk = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*.kdtr")}

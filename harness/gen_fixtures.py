@@ -3,7 +3,9 @@
 Each fixture holds `in.*` tensors (the op's inputs by the contract's KDTR names, scalars rank-0), `out.*`
 tensors (the reference's outputs, and arguments written in place) and metadata (op, case, spec clause,
 generator, description). MANIFEST.json records each file's sha256 and a hash of the sources
-that generate them; conformance/test_fixtures.py fails when either is stale (run `make fixtures`).
+that generate them; conformance/test_fixtures.py fails when either is stale.
+
+    python -m harness.gen_fixtures     # from the repository root; `make fixtures` runs it
 """
 
 from __future__ import annotations
@@ -11,22 +13,21 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
-import sys
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-import contract  # noqa: E402
-import kdtr  # noqa: E402
-from harness import strategies as hh  # noqa: E402
-from reference.tree_accept import tree_accept  # noqa: E402
-from reference.tree_build import layouts, tree_build  # noqa: E402
-from reference.tree_verify import tree_verify  # noqa: E402
+import contract
+import kdtr
+from reference.tree_accept import tree_accept
+from reference.tree_build import layouts, tree_build
+from reference.tree_verify import tree_verify
 
+from . import strategies as hh
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "fixtures"
 SOURCES = [
-    "tools/gen_fixtures.py",
+    "harness/gen_fixtures.py",
     "reference/tree_build.py",
     "reference/tree_accept.py",
     "reference/tree_verify.py",
@@ -43,6 +44,7 @@ GENERATOR = "reference"  # the implementation whose outputs the fixtures hold
 
 
 def source_hash() -> str:
+    """sha256 over each source's path and bytes: the fixtures are stale when a generating source changes."""
     h = hashlib.sha256()
     for s in SOURCES:
         h.update(s.encode() + b"\0" + (ROOT / s).read_bytes())
