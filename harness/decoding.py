@@ -68,22 +68,25 @@ def engine_decode(model: pathlib.Path, prompts, workdir: pathlib.Path, *, mode: 
 
 
 def golden_decode(model: pathlib.Path, prompts, workdir: pathlib.Path, *, mode: str = "ar", max_new: int, **opts):
-    """tools/golden_decode.py (the numpy model; one BLAS thread) on these prompts."""
+    """reference/golden_decode.py (the numpy model; one BLAS thread) on these prompts, run as a module from the
+    repository root."""
     workdir.mkdir(parents=True, exist_ok=True)
     prompt_file, out = workdir / f"golden-prompts-{mode}.kdtr", workdir / f"golden-{mode}.kdtr"
     write_prompts(prompt_file, prompts)
-    cmd = [
-        sys.executable,
-        str(ROOT / "tools" / "golden_decode.py"),
-        "--model",
-        str(model),
+    cmd = [sys.executable, "-m", "reference.golden_decode", "--model", str(pathlib.Path(model).resolve())]
+    cmd += [
         "--prompt",
-        str(prompt_file),
+        str(prompt_file.resolve()),
+        "--mode",
+        mode,
+        "--max-new",
+        str(max_new),
+        "--out",
+        str(out.resolve()),
     ]
-    cmd += ["--mode", mode, "--max-new", str(max_new), "--out", str(out)]
     for k, val in opts.items():
         cmd += [f"--{k.replace('_', '-')}", str(val)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     if run.returncode != 0:
         raise RuntimeError(f"golden_decode.py exited {run.returncode}: {run.stderr}")
     return _read(out)
