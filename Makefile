@@ -25,11 +25,11 @@ kdtr-coverage: setup
 # On a GPU, ARGS="--perf-stage build" etc. keeps each run within 10 minutes (README, Benchmarks).
 perf: setup
 	$(PYTEST) perf --benchmark-json=reports/perf.json $(ARGS)
-	.venv/bin/python tools/bench_report.py reports/perf.json --out reports/perf-report
+	.venv/bin/python -m tools.bench_report reports/perf.json --out reports/perf-report
 
 # The benchmark report from any benchmark JSON files: make bench-report JSON="a.json b.json" OUT=docs
 bench-report:
-	.venv/bin/python tools/bench_report.py $(or $(JSON),reports/perf.json) --out $(or $(OUT),docs)
+	.venv/bin/python -m tools.bench_report $(or $(JSON),reports/perf.json) --out $(or $(OUT),docs)
 
 # Lint, format check and type check (ruff and mypy, configured in pyproject.toml); `make format` rewrites.
 lint:

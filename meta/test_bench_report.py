@@ -22,7 +22,7 @@ def _report(tmp_path, *runs, plots=True):
         f = tmp_path / f"perf-{i}.json"
         f.write_text(json.dumps(data))
         files.append(str(f))
-    args = [sys.executable, "tools/bench_report.py", *files, "--out", str(tmp_path / "docs")]
+    args = [sys.executable, "-m", "tools.bench_report", *files, "--out", str(tmp_path / "docs")]
     r = subprocess.run(args + ([] if plots else ["--no-plots"]), cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return (tmp_path / "docs" / "BENCHMARKS.md").read_text(), tmp_path / "docs" / "benchmarks"
@@ -31,7 +31,8 @@ def _report(tmp_path, *runs, plots=True):
 def test_report_from_a_synthetic_gpu_run(tmp_path):
     md, plots = _report(tmp_path, synthetic.run())
     for needle in ("# Benchmarks", "| device | NVIDIA H200 (sm_90) |", "| driver | 580.159.04", "| NVRTC | 13.0 |",
-                   "tools/bench_report.py", "## Ceilings", "## tree_build", "## tree_accept", "## tree_verify",
+                   "python -m tools.bench_report perf-0.json", "## Ceilings", "## tree_build", "## tree_accept",
+                   "## tree_verify",
                    "## End-to-end analysis (MODELLED)", "### Kimi-K2", "### DeepSeek-V3", "× vs python_heapq",
                    "## tree_verify on an RTX PRO 6000 Blackwell, sm_120 (MODELLED)",
                    "C++ builder not built", "OOM"):  # fmt: skip

@@ -18,7 +18,7 @@ NOISE = 0.004  # 0.4 % run to run: what the H200 kernel medians showed (within 1
 
 
 def _gate(*args):
-    return subprocess.run([sys.executable, "tools/perf_gate.py", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "tools.perf_gate", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 @pytest.fixture

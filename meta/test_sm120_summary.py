@@ -3,8 +3,8 @@ rows pass, its source's mutants die and its sanitizer runs end rc=0, and fails o
 
 import json
 
-from harness import tools
 from kernels_cu import specs
+from tools import sm120_summary
 
 
 def _run(tmp_path, *, fail_row=False, survivor=False, sanitizer_rc=0):
@@ -21,7 +21,7 @@ def _run(tmp_path, *, fail_row=False, survivor=False, sanitizer_rc=0):
     perf = [{"extra_info": {"op": "tree_verify", "impl": f"cuda:{v}", "shape": {"H": 64}, "time": {"median_us": t}}}
             for v, t in (("portable", 10.0), ("portable_99k", 13.0))]  # fmt: skip
     (tmp_path / "perf-sm120.json").write_text(json.dumps({"benchmarks": perf}))
-    return tools.load_source("tools/sm120_summary.py").main(tmp_path)
+    return sm120_summary.main(tmp_path)
 
 
 def test_a_clean_run_passes(tmp_path, capsys):
@@ -35,4 +35,4 @@ def test_each_bad_piece_fails(tmp_path):
         (tmp_path / str(i)).mkdir()
         assert _run(tmp_path / str(i), **bad) == 1, bad
     (tmp_path / "empty").mkdir()
-    assert tools.load_source("tools/sm120_summary.py").main(tmp_path / "empty") == 1
+    assert sm120_summary.main(tmp_path / "empty") == 1

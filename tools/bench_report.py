@@ -1,6 +1,6 @@
 """Benchmark JSON -> docs/BENCHMARKS.md and PNG plots (one command; README "Benchmarks").
 
-    python tools/bench_report.py perf-build.json perf-verify_h64.json ... [--out docs]
+    python -m tools.bench_report perf-build.json perf-verify_h64.json ... [--out docs]
 
 Each file is one `pytest perf --benchmark-json FILE` run (a perf stage); they are merged. The Markdown goes to
 OUT/BENCHMARKS.md, the plots to OUT/benchmarks/*.png (linked from it). Needs matplotlib (`pip install
@@ -13,10 +13,9 @@ import argparse
 import pathlib
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from harness.bench import e2e, plots, report
 
-from harness.bench import e2e, plots, report  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def main(argv=None) -> int:
@@ -37,7 +36,7 @@ def main(argv=None) -> int:
     if not args.no_plots:
         made = plots.draw(run, out / "benchmarks", ceilings=report.best_ceilings(run), assumptions=assumptions)
         made = {k: f"benchmarks/{v}" for k, v in made.items()}
-    command = "python tools/bench_report.py " + " ".join(pathlib.Path(p).name for p in args.json)
+    command = "python -m tools.bench_report " + " ".join(pathlib.Path(p).name for p in args.json)
     text = report.render(run, command=command, plots=made, assumptions=assumptions)
     (out / "BENCHMARKS.md").write_text(text)
     print(

@@ -3,7 +3,7 @@ AR and DDTree tokens per second (the drafter's own time apart, since it runs the
 acceptance per budget, each op's share of a DDTree step, and the C++ tree builder (libkdtree_cpu through
 ctypes) against the Python heapq reference.
 
-    python tools/engine_numbers.py OUT_DIR [--device cpu] [--device cuda] [--prompts 20] [--max-new 64]
+    python -m tools.engine_numbers OUT_DIR [--device cpu] [--device cuda] [--prompts 20] [--max-new 64]
         [--threads 0] [--repeat 3]
 
 Writes OUT_DIR/numbers.json and OUT_DIR/numbers.md. Each decode runs `--repeat` times; the table shows
@@ -29,12 +29,12 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 from harness import decoding, device, tools  # noqa: E402
 from harness import strategies as hh  # noqa: E402
 from reference import tree_build as ref_build  # noqa: E402
 from reference.model import Config, Model  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 BUDGETS = (4, 16, 64)
 DEPTH, NOISE = 8, 0.5
@@ -235,7 +235,7 @@ def main(argv=None) -> None:
         "cores": os.cpu_count(),
         "platform": platform.platform(),
         "git_revision": device.git_revision(str(ROOT)),
-        "command": "python tools/engine_numbers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m tools.engine_numbers " + " ".join(argv if argv is not None else sys.argv[1:]),
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "compiler": subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[0],
         "gpu": _gpu(),

@@ -106,7 +106,7 @@ stage_engine_cuda() {
       conformance/test_decode_ties.py --require-gpu \
       --require-tools -n 4 -q -p no:cacheprovider -rA --report-dir "$OUT/logs/engine_cuda_equivalence"
   grep -hE 'vs|bit-exact|acceptance' "$OUT/logs/engine_cuda_equivalence.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
-  run engine_numbers timeout -k 30 "$LIMIT" "$PY" tools/engine_numbers.py "$OUT/engine-numbers" --device cuda \
+  run engine_numbers timeout -k 30 "$LIMIT" "$PY" -m tools.engine_numbers "$OUT/engine-numbers" --device cuda \
       --device cpu --repeat 1
 }
 for stage in "${STAGES[@]}"; do case $stage in
@@ -137,11 +137,11 @@ for stage in "${STAGES[@]}"; do case $stage in
     done
     perf_run gate_run_slow "$OUT/gate-slow.json" --perf-stage gate --perf-no-comparators --require-gpu \
         -p harness.kernel_mutants --kernel-mutant slow_tb_spin_10us
-    "$PY" tools/perf_gate.py calibrate "$OUT/gate-a.json" "$OUT/gate-b.json" -o "$OUT/gate-calibration.json" \
+    "$PY" -m tools.perf_gate calibrate "$OUT/gate-a.json" "$OUT/gate-b.json" -o "$OUT/gate-calibration.json" \
         | tee -a "$OUT/summary.txt"
-    "$PY" tools/perf_gate.py compare "$OUT/gate-a.json" "$OUT/gate-c.json" --calibration "$OUT/gate-calibration.json" \
+    "$PY" -m tools.perf_gate compare "$OUT/gate-a.json" "$OUT/gate-c.json" --calibration "$OUT/gate-calibration.json" \
         > "$OUT/logs/gate_rerun.txt" 2>&1; rc_rerun=$?
-    "$PY" tools/perf_gate.py compare "$OUT/gate-a.json" "$OUT/gate-slow.json" --calibration "$OUT/gate-calibration.json" \
+    "$PY" -m tools.perf_gate compare "$OUT/gate-a.json" "$OUT/gate-slow.json" --calibration "$OUT/gate-calibration.json" \
         > "$OUT/logs/gate_slow.txt" 2>&1; rc_slow=$?
     summary "gate: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_rerun.txt")"
     summary "gate: planted slowdown rc=$rc_slow (want 1): $(tail -1 "$OUT/logs/gate_slow.txt")"
@@ -154,9 +154,9 @@ for stage in "${STAGES[@]}"; do case $stage in
     done
     perf_run gate_fallback_run_planted "$OUT/gate-fallback-planted.json" --perf-stage gate_fallback \
         --perf-no-comparators --require-gpu -p harness.kernel_mutants --kernel-mutant slow_tb_always_fallback
-    "$PY" tools/perf_gate.py compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-b.json" --fallback-only \
+    "$PY" -m tools.perf_gate compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-b.json" --fallback-only \
         > "$OUT/logs/gate_fallback_rerun.txt" 2>&1; rc_rerun=$?
-    "$PY" tools/perf_gate.py compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-planted.json" --fallback-only \
+    "$PY" -m tools.perf_gate compare "$OUT/gate-fallback-a.json" "$OUT/gate-fallback-planted.json" --fallback-only \
         > "$OUT/logs/gate_fallback_planted.txt" 2>&1; rc_planted=$?
     summary "gate_fallback: rerun rc=$rc_rerun (want 0): $(tail -1 "$OUT/logs/gate_fallback_rerun.txt")"
     summary "gate_fallback: planted always-fallback rc=$rc_planted (want 1): $(tail -1 "$OUT/logs/gate_fallback_planted.txt")"
@@ -172,13 +172,13 @@ for stage in "${STAGES[@]}"; do case $stage in
     for base in "$KDTR_PERF_BASELINE"/perf-*.json; do
       [ -f "$base" ] && [ -f "$OUT/$(basename "$base")" ] || continue
       name=baseline_$(basename "$base" .json)
-      "$PY" tools/perf_gate.py compare "$base" "$OUT/$(basename "$base")" "${cal[@]}" > "$OUT/logs/$name.txt" 2>&1
+      "$PY" -m tools.perf_gate compare "$base" "$OUT/$(basename "$base")" "${cal[@]}" > "$OUT/logs/$name.txt" 2>&1
       rc=$?; summary "$name: rc=$rc; $(tail -1 "$OUT/logs/$name.txt")"; [ $rc -eq 0 ] || status=1
     done ;;
   report)
     files=("$OUT"/perf-*.json)
     if [ -f "${files[0]}" ]; then
-      run report "$PY" tools/bench_report.py "${files[@]}" --out "$OUT/docs"
+      run report "$PY" -m tools.bench_report "${files[@]}" --out "$OUT/docs"
       summary "report: $OUT/docs/BENCHMARKS.md and $OUT/docs/benchmarks/*.png (copy both into docs/ to publish)"
     else summary "report: no perf-*.json in $OUT"; fi ;;
   scaling)  # one worker per GPU against the same workers all on the first GPU (needs 2+ GPUs)

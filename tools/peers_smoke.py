@@ -1,7 +1,7 @@
 """One GPU command that shows whether the public MLA peers work here through the project's adapters:
 
     PYTHONPATH=.peers/site FLASHINFER_DISABLE_JIT=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1 \\
-        python tools/peers_smoke.py OUT [--conformance]
+        python -m tools.peers_smoke OUT [--conformance]
 
 (.peers/site from tools/peers_setup.sh, or the peers installed with `pip install '.[peers]'`). Every step is
 guarded: an error is printed and recorded, and the next step runs. Steps:
@@ -30,7 +30,6 @@ import traceback
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 ADAPTERS = {
     "flashmla": "adapters.flashmla:IMPLEMENTATION",

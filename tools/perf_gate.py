@@ -1,9 +1,9 @@
 """The performance regression gate (harness/bench/gate.py): device times and fallback rates of two benchmark JSON
 files.
 
-    python tools/perf_gate.py calibrate RUN_A RUN_B -o gate.json   # threshold floor from two reruns
-    python tools/perf_gate.py compare BASE NEW [--calibration gate.json | --floor 0.05] [--include-host]
-    python tools/perf_gate.py compare BASE NEW --fallback-only     # the select variants' fallback rates alone
+    python -m tools.perf_gate calibrate RUN_A RUN_B -o gate.json   # threshold floor from two reruns
+    python -m tools.perf_gate compare BASE NEW [--calibration gate.json | --floor 0.05] [--include-host]
+    python -m tools.perf_gate compare BASE NEW --fallback-only     # the select variants' fallback rates alone
 
 compare exits 0 when no case regressed, 1 on a regression (a time over its threshold, or any fallback rate that
 rose: those are exact, whatever the threshold), 2 when the files cannot be compared (another device, nothing in
@@ -17,10 +17,7 @@ import json
 import pathlib
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from harness.bench import gate  # noqa: E402
+from harness.bench import gate
 
 
 def _load(path):

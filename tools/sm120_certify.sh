@@ -59,6 +59,6 @@ for s in $STAGES; do case $s in
   perf)
     run perf "$PY" -m pytest perf/bench_tree_verify.py perf/bench_tree_build.py --perf-quick --perf-no-comparators \
       -p no:xdist -q -p no:cacheprovider --benchmark-json="$OUT/perf-sm120.json" --report-dir "$OUT/logs/perf" ;;
-  summary) "$PY" tools/sm120_summary.py "$OUT" | tee "$OUT/sm120.md" ;;
+  summary) "$PY" -m tools.sm120_summary "$OUT" | tee "$OUT/sm120.md" ;;
   *) summary "unknown stage: $s"; exit 2 ;;
 esac; done

@@ -2,7 +2,7 @@
 sm_120's budget (the *_99k twins, kernels_cu/specs.py) its conformance rows, the kernel mutants of its source, the
 compute-sanitizer runs and its device times beside the variant it mirrors.
 
-  python3 tools/sm120_summary.py OUT   # reads OUT/conformance.json, OUT/mutants{,_tb}/conformance.json,
+  python3 -m tools.sm120_summary OUT   # reads OUT/conformance.json, OUT/mutants{,_tb}/conformance.json,
                                        # OUT/summary.txt (sanitizer lines), OUT/perf-sm120.json
 Exit status 1 when a row failed, a mutant survived or a sanitizer run did not end with rc=0.
 """
@@ -14,8 +14,6 @@ import pathlib
 import re
 import statistics
 import sys
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from harness.bench import sm120
 from kernels_cu import specs
