@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import contract
 import kdtr
-from harness import engine, tools
+from harness import engine, kdtree_cpu, tools
 from harness import strategies as hh
 from harness.compare import assert_bit_exact
 from reference import tree_accept as ref_accept
@@ -588,17 +588,15 @@ def test_op_path_libfuzzer_smoke(request, tmp_path):
 
 # --- EN.3 C ABI -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def kdtree_cpu(request):
-    path = tools.required_library(request.config, "kdtree_cpu")
-    mod = tools.load_source("engine/python/kdtree_cpu.py")
-    return mod, mod.KdtreeCpu(path)
+def kdtree_cpu_lib(request):
+    return kdtree_cpu.KdtreeCpu(tools.required_library(request.config, "kdtree_cpu"))
 
 
 @pytest.mark.spec("EN.3.1")
 @given(case=hh.topk_inputs(max_bs=6, max_L=6, max_K=8, max_B=80), threads=st.sampled_from([1, 2, 4]))
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
-def test_c_abi_tree_build_equals_reference(kdtree_cpu, case, threads):
-    _mod, lib = kdtree_cpu
+def test_c_abi_tree_build_equals_reference(kdtree_cpu_lib, case, threads):
+    lib = kdtree_cpu_lib
     lp, ids, roots, B, prefix = (case.args[k] for k in ("top_logp", "top_ids", "root_tokens", "budget", "prefix_lens"))
     want = ref_build.tree_build(lp, ids, roots, B, prefix, with_full_mask=True)
     got = lib.tree_build(lp, ids, roots, B, prefix, with_full_mask=True, threads=threads)
@@ -611,18 +609,18 @@ def test_c_abi_tree_build_equals_reference(kdtree_cpu, case, threads):
 
 
 @pytest.mark.spec("EN.3.1")
-def test_c_abi_rejects_bad_input(kdtree_cpu):
-    mod, lib = kdtree_cpu
+def test_c_abi_rejects_bad_input(kdtree_cpu_lib):
+    lib = kdtree_cpu_lib
     t = build_inputs()
     args = [t["top_logp"], t["top_ids"], t["root_tokens"], 6, t["prefix_lens"]]
     assert lib.version.startswith("kdtree-cpu")
     bad = t["top_logp"].copy()
     bad[1, 1, 2] = np.nan
-    with pytest.raises(mod.KdtreeCpuError, match=r"^top_logp: NaN at \(1, 1, 2\)"):
+    with pytest.raises(kdtree_cpu.KdtreeCpuError, match=r"^top_logp: NaN at \(1, 1, 2\)"):
         lib.tree_build(bad, *args[1:])
-    with pytest.raises(mod.KdtreeCpuError, match=r"^budget: 1025 is outside 0..1024"):
+    with pytest.raises(kdtree_cpu.KdtreeCpuError, match=r"^budget: 1025 is outside 0..1024"):
         lib.tree_build(*args[:3], 1025, args[4])
-    with pytest.raises(mod.KdtreeCpuError, match=r"^top_ids: dtype int64, expected int32"):
+    with pytest.raises(kdtree_cpu.KdtreeCpuError, match=r"^top_ids: dtype int64, expected int32"):
         lib.tree_build(args[0], args[1].astype(np.int64), *args[2:])
-    with pytest.raises(mod.KdtreeCpuError, match=r"^out.parents: "):
+    with pytest.raises(kdtree_cpu.KdtreeCpuError, match=r"^out.parents: "):
         lib.tree_build(*args, out=lib.outputs(2, 5))

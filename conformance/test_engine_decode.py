@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from harness import decoding, tools
+from harness import decoding, kdtree_cpu, tools
 from harness.compare import assert_bit_exact, assert_close
 from harness.spec import clause
 from reference import drafter
@@ -125,9 +125,7 @@ def test_golden_ddtree_through_reference_ops_equals_golden_ar(request, engine_bu
 
 @pytest.mark.spec("EN.4.2")
 def test_drafter_noise_is_the_same_bits_in_numpy_and_cpp(request):
-    path = tools.required_library(request.config, "kdtree_cpu")
-    mod = tools.load_source("engine/python/kdtree_cpu.py")
-    lib = mod.KdtreeCpu(path)
+    lib = kdtree_cpu.KdtreeCpu(tools.required_library(request.config, "kdtree_cpu"))
     for seed, P, d in [(0, 0, 1), (7, 123, 5), (2**63 - 1, 1000, 32), (12345, 1, 8)]:
         want = drafter.noise(seed, P, d, 600)
         assert_bit_exact(lib.draft_noise(seed, P, d, 600), want, what="noise", spec_id="EN.4.2")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -68,16 +67,6 @@ def required_library(config, name: str) -> pathlib.Path:
         return library(name)
     except ToolMissing as e:
         missing(config, str(e))
-
-
-def load_source(rel: str):
-    """A Python file of the project outside its packages (tools/*.py, engine/python/*.py), `rel` from the
-    repository root, imported as a fresh module named after the file."""
-    path = ROOT / rel
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # libFuzzer's memory budget per run of a fuzz target (its default -rss_limit_mb).

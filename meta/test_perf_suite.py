@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from harness import device
+from harness import device, tools
 from harness.bench import Unavailable, cpp_builder, cpu_builders, record, stages
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -188,10 +188,10 @@ def test_record_schema_of_fallback_rates():
 
 
 def test_cpp_builder_hook_says_not_built(monkeypatch, tmp_path):
-    monkeypatch.setenv("KDTR_ENGINE_LIB", str(tmp_path / "missing.so"))
+    monkeypatch.setitem(tools.LIBRARIES, "kdtree_cpu", tmp_path / "missing.so")
     cpp_builder.load.cache_clear()
     try:
-        with pytest.raises(Unavailable, match=r"C\+\+ builder not built"):
+        with pytest.raises(Unavailable, match=r"C\+\+ builder: libkdtree_cpu.so is not built"):
             cpu_builders.BUILDERS["cpp_1t"](np.zeros((1, 1, 1), np.float32), None, None, 1, None)
     finally:
         cpp_builder.load.cache_clear()

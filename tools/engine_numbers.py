@@ -29,7 +29,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from harness import decoding, device, tools  # noqa: E402
+from harness import decoding, device, kdtree_cpu  # noqa: E402
 from harness import strategies as hh  # noqa: E402
 from reference import tree_build as ref_build  # noqa: E402
 from reference.model import Config, Model  # noqa: E402
@@ -99,8 +99,7 @@ def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
 
 
 def tree_build_numbers(threads: int) -> list[dict]:
-    mod = tools.load_source("engine/python/kdtree_cpu.py")
-    lib = mod.KdtreeCpu(tools.library("kdtree_cpu"))
+    lib = kdtree_cpu.KdtreeCpu()
     rows = []
     for bs in (1, 16):
         for B in (16, 64, 256, 1024):

@@ -120,9 +120,10 @@ for stage in "${STAGES[@]}"; do case $stage in
     grep -qE ': rc=[1-9]' "$OUT/summary.txt" && status=1 ;;
   perf_build)  # the C++ builder (libkdtree_cpu.so) is a comparator: built first where missing (a bare runner);
     # 0.3 s per measurement keeps the stage near 5 minutes on an H200 (KDTR_PERF_BUDGET_S overrides)
-    if [ ! -f build/engine/libkdtree_cpu.so ] && [ -z "${KDTR_ENGINE_LIB:-}" ]; then
-      run engine_configure cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release &&
-        run engine_build cmake --build build/engine -j "$(nproc)" --target kdtree_cpu
+    engine_dir=${KDTR_BUILD_DIR:-build}/engine  # where harness.tools looks for the library
+    if [ ! -f "$engine_dir/libkdtree_cpu.so" ]; then
+      run engine_configure cmake -S engine -B "$engine_dir" -DCMAKE_BUILD_TYPE=Release &&
+        run engine_build cmake --build "$engine_dir" -j "$(nproc)" --target kdtree_cpu
     fi
     KDTR_PERF_BUDGET_S=${KDTR_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-build.json" --perf-stage build \
         --require-gpu ;;

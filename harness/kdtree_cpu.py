@@ -1,6 +1,7 @@
-"""ctypes wrapper of libkdtree_cpu.so, the engine's CPU tree builder, for in-process callers.
+"""ctypes wrapper of libkdtree_cpu.so, the engine's CPU tree builder, for in-process callers: the project's one
+wrapper of the engine's C library (the tests, the benchmark's C++ comparator and tools/engine_numbers.py use it).
 
-    lib = KdtreeCpu()                                   # build/engine/libkdtree_cpu.so, or a path
+    lib = KdtreeCpu()                                   # harness.tools.library("kdtree_cpu"), or a path
     tree = lib.tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens, threads=4)
     call = lib.bind(top_logp, top_ids, root_tokens, budget, prefix_lens, threads=2)
     call()                                              # a timing loop: the C call alone (arguments
@@ -8,7 +9,8 @@
 
 The results are bit-exact with reference/tree_build.py (spec/tree_build.md). Inputs must already have
 the contract's dtypes (float32 log-probs, int32 ids, roots and prefix lengths) and be C-contiguous;
-nothing is converted silently. This module needs only numpy, so a benchmark can load it by path.
+nothing is converted silently. The library is found the way every built tool is (harness.tools: the build
+folder, $KDTR_BUILD_DIR or the repository's build/).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import os
 import pathlib
 
 import numpy as np
+
+from . import tools
 
 FIELDS = (
     "n_nodes",
@@ -56,14 +60,6 @@ class Outputs:
     full_mask: np.ndarray
 
 
-def default_library() -> pathlib.Path:
-    """$KDTREE_CPU_LIB, else libkdtree_cpu.so in $KDTR_BUILD_DIR/engine (default: the repo's build/)."""
-    if os.environ.get("KDTREE_CPU_LIB"):
-        return pathlib.Path(os.environ["KDTREE_CPU_LIB"])
-    build = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", pathlib.Path(__file__).resolve().parents[2] / "build"))
-    return build / "engine" / "libkdtree_cpu.so"
-
-
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _INT = ctypes.c_int
@@ -73,7 +69,8 @@ class KdtreeCpu:
     """The loaded library."""
 
     def __init__(self, path: str | os.PathLike | None = None):
-        self.path = pathlib.Path(path) if path is not None else default_library()
+        """Load the library at `path`, or the built one (tools.ToolMissing when `make setup` has not built it)."""
+        self.path = pathlib.Path(path) if path is not None else tools.library("kdtree_cpu")
         self._lib = ctypes.CDLL(str(self.path))
         self._lib.kdtree_cpu_version.restype = ctypes.c_char_p
         self._lib.kdtree_cpu_full_mask_size.argtypes = [_P, _I64, _I64]
@@ -178,8 +175,9 @@ class KdtreeCpu:
             raise KdtreeCpuError(f"budget: {int(budget)} is outside 0..1024")
         full_len = self.full_mask_size(pre, int(budget)) if with_full_mask else 0
         if out is None:
-            out = self.outputs(bs, int(budget), full_len)
-        _check_outputs(out, bs, int(budget), full_len)
+            out = self.outputs(bs, int(budget), full_len)  # right by construction: checking it costs a call's time
+        else:
+            _check_outputs(out, bs, int(budget), full_len)
         if not with_full_mask and out.full_mask.shape != (0,):
             out.full_mask = np.zeros(0, bool)
         args = (
