@@ -99,8 +99,7 @@ def test_fixtures_are_current():
 
 
 _REPRODUCE = """
-import sys, numpy as np
-sys.path.insert(0, sys.argv[1])
+import numpy as np
 import kdtr
 from harness.compare import check_bit_exact
 from conformance.test_fixtures import expected, fixture_case, _files
@@ -141,7 +140,7 @@ def test_reference_bits_do_not_depend_on_the_machine(machine):
         pytest.skip(f"the BLAS core types and SIMD features named here are x86-64's ({platform.machine()})")
     env = {**__import__("os").environ, **MACHINES[machine]}
     out = subprocess.run(
-        [sys.executable, "-c", _REPRODUCE, str(ROOT)], env=env, capture_output=True, text=True, timeout=600
-    )
+        [sys.executable, "-c", _REPRODUCE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )  # from the repository root, which `python -c` puts first on sys.path
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "OK", f"[TV.2.2] reference bits moved on {machine}:\n{out.stdout[-3000:]}"

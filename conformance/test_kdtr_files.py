@@ -192,16 +192,16 @@ def test_host_limit_checked_on_the_size(reader):
 
 # --- KDTR.4.4 / KDTR.4.1: kdtr.load under an address-space limit, and only KdtrError escapes ---------------
 _LOAD = (
-    "import sys\nsys.path.insert(0, sys.argv[1])\nimport kdtr\n"
-    "try:\n    kdtr.load(sys.argv[2]); print('ok')\n"
+    "import sys\nimport kdtr\n"
+    "try:\n    kdtr.load(sys.argv[1]); print('ok')\n"
     "except kdtr.KdtrError as e:\n    print(e)\n"
 )
 
 
 def _load_limited(path, limit: int = GiB) -> str:
     """str() of what kdtr.load(path) raises in an interpreter whose address space is `limit` bytes."""
-    env_cmd = [sys.executable, "-c", _LOAD, str(ROOT), str(path)]
-    out, _ = tools.run_measured(env_cmd, address_space=limit, timeout=60)
+    # from the repository root, which `python -c` puts first on sys.path
+    out, _ = tools.run_measured([sys.executable, "-c", _LOAD, str(path)], address_space=limit, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 

@@ -99,9 +99,14 @@ _LAUNCHER = (
 
 
 def run_measured(
-    cmd: list[str], *, address_space: int | None = None, timeout: float = 60, input: str | None = None
+    cmd: list[str],
+    *,
+    address_space: int | None = None,
+    timeout: float = 60,
+    input: str | None = None,
+    cwd: str | os.PathLike | None = None,
 ) -> tuple[subprocess.CompletedProcess, int]:
-    """Run `cmd` (an executable path and its arguments), optionally under an address-space limit
+    """Run `cmd` (an executable path and its arguments) from `cwd`, optionally under an address-space limit
     (RLIMIT_AS, bytes); returns the finished process (text output, the peak line removed from stderr) and the
     command's own peak RSS in bytes. subprocess.TimeoutExpired when it runs past `timeout` seconds."""
     out = subprocess.run(
@@ -110,6 +115,7 @@ def run_measured(
         text=True,
         timeout=timeout,
         input=input,
+        cwd=cwd,
     )
     err, _, kib = out.stderr.rpartition("\nmaxrss_kib=")
     out.stderr = err

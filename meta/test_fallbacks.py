@@ -4,8 +4,6 @@ selects at all, the adversarial input family (harness/bench/fallbacks.py), and t
 back (harness/kernel_mutants.py's slow_tb_always_fallback) reaching the reporting builds. The GPU half: the planted
 build replays every request where the registered one replays none."""
 
-import sys
-
 import numpy as np
 import pytest
 
@@ -20,8 +18,7 @@ H200 = {"sm_count": 132, "block_limit": 227 * 1024}  # the H200's SMs and per-bl
 
 
 def _bench_inputs(bs, B):
-    sys.path.insert(0, str(runtime.HERE.parent / "perf"))
-    import bench_tree_build
+    from perf import bench_tree_build  # here: importing the benchmark module is for the tests that need its inputs
 
     return bench_tree_build.inputs(bs, B)
 
