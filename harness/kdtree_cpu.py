@@ -7,7 +7,7 @@ wrapper of the engine's C library (the tests, the benchmark's C++ comparator and
     call()                                              # a timing loop: the C call alone (arguments
     call.out.parents                                    # marshalled once, preallocated outputs)
 
-The results are bit-exact with reference/tree_build.py (spec/tree_build.md). Inputs must already have
+The results are contract Trees, bit-exact with reference/tree_build.py (spec/tree_build.md). Inputs must already have
 the contract's dtypes (float32 log-probs, int32 ids, roots and prefix lengths) and be C-contiguous;
 nothing is converted silently. The library is found the way every built tool is (harness.tools: the build
 folder, $KDTR_BUILD_DIR or the repository's build/).
@@ -16,48 +16,22 @@ folder, $KDTR_BUILD_DIR or the repository's build/).
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import os
 import pathlib
 
 import numpy as np
 
-from . import tools
+from contract import Tree
 
-FIELDS = (
-    "n_nodes",
-    "parents",
-    "depths",
-    "tokens",
-    "ranks",
-    "scores",
-    "visibility",
-    "positions",
-    "first_child",
-    "next_sibling",
-    "full_mask",
-)
+from . import tools
 
 
 class KdtreeCpuError(ValueError):
     """Bad input; the message is "ARGUMENT: problem" as in the contract."""
 
 
-@dataclasses.dataclass
-class Outputs:
-    """tree_build's result arrays (the fields of reference.tree_build.Tree, in its order)."""
-
-    n_nodes: np.ndarray
-    parents: np.ndarray
-    depths: np.ndarray
-    tokens: np.ndarray
-    ranks: np.ndarray
-    scores: np.ndarray
-    visibility: np.ndarray
-    positions: np.ndarray
-    first_child: np.ndarray
-    next_sibling: np.ndarray
-    full_mask: np.ndarray
+# the C builder writes the contract's result arrays in the contract's field order (capi.h)
+FIELDS = Tree.FIELDS
 
 
 _P = ctypes.c_void_p
@@ -96,12 +70,12 @@ class KdtreeCpu:
         p = _checked("prefix_lens", prefix_lens, np.int32, 1)
         return int(self._lib.kdtree_cpu_full_mask_size(p.ctypes.data, p.shape[0], int(budget)))
 
-    def outputs(self, bs: int, budget: int, full_mask_len: int = 0) -> Outputs:
+    def outputs(self, bs: int, budget: int, full_mask_len: int = 0) -> Tree:
         """Output arrays for bs requests of budget B (full_mask_len bools for the FULL_MASK layout)."""
         D = 1 + int(budget)
         W = (D + 31) // 32
         i32 = lambda: np.empty((bs, D), np.int32)
-        return Outputs(
+        return Tree(
             np.empty(bs, np.int32),
             i32(),
             i32(),
@@ -126,8 +100,8 @@ class KdtreeCpu:
         with_full_mask: bool = False,
         threads: int = 1,
         validate: bool = True,
-        out: Outputs | None = None,
-    ) -> Outputs:
+        out: Tree | None = None,
+    ) -> Tree:
         """Build bs trees on `threads` threads (0 = one per core). With validate=False the caller vouches
         for the values (TB.1); dtypes, ranks and shapes are always checked here."""
         call = self.bind(
@@ -154,10 +128,10 @@ class KdtreeCpu:
         with_full_mask: bool = False,
         threads: int = 1,
         validate: bool = True,
-        out: Outputs | None = None,
+        out: Tree | None = None,
     ) -> BoundCall:
         """Check and marshal the arguments once; the returned callable runs the C builder alone (for timing
-        loops) and returns its Outputs. The arrays must stay alive and unmoved while it is used."""
+        loops) and returns its contract Tree. The arrays must stay alive and unmoved while it is used."""
         lp = _checked("top_logp", top_logp, np.float32, 3)
         bs, L, K_in = lp.shape
         ids = _checked("top_ids", top_ids, np.int32, 3)
@@ -203,12 +177,12 @@ class KdtreeCpu:
 class BoundCall:
     """One tree_build call with its arguments marshalled (KdtreeCpu.bind)."""
 
-    def __init__(self, lib: KdtreeCpu, args: tuple, out: Outputs, keep: tuple):
+    def __init__(self, lib: KdtreeCpu, args: tuple, out: Tree, keep: tuple):
         self._fn, self._args, self._err = lib._lib.kdtree_cpu_tree_build, args, lib._err
         self.out = out
         self._keep = keep  # the inputs the pointers refer to
 
-    def __call__(self) -> Outputs:
+    def __call__(self) -> Tree:
         if self._fn(*self._args):
             raise KdtreeCpuError(self._err.value.decode(errors="replace"))
         return self.out
@@ -226,7 +200,7 @@ def _checked(name: str, a, dtype, ndim: int) -> np.ndarray:
     return a
 
 
-def _check_outputs(out: Outputs, bs: int, budget: int, full_len: int) -> None:
+def _check_outputs(out: Tree, bs: int, budget: int, full_len: int) -> None:
     D = 1 + budget
     for f in FIELDS:
         a = getattr(out, f)

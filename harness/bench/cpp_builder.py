@@ -1,9 +1,9 @@
 """The C++ CPU tree builder (the engine's libkdtree_cpu.so, through harness.kdtree_cpu): a comparator of tree_build.
 
 Each call is what a caller of the library pays per step: the arguments checked (dtypes and shapes; the values are
-trusted, validate=False) and marshalled, the outputs allocated, the build, the result as a contract Tree. Until the
-library is built, `load()` raises Unavailable("C++ builder: libkdtree_cpu.so is not built ...") and the comparator
-is recorded as skipped with that reason.
+trusted, validate=False) and marshalled, the outputs allocated, the build. Until the library is built, `load()`
+raises Unavailable("C++ builder: libkdtree_cpu.so is not built ...") and the comparator is recorded as skipped with
+that reason.
 """
 
 from __future__ import annotations
@@ -27,6 +27,5 @@ def load() -> kdtree_cpu.KdtreeCpu:
 
 def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens, *, with_full_mask=False, threads: int = 1) -> Tree:
     """One call of the C++ builder with the contract's arguments (values trusted: validate=False)."""
-    out = load().tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask,
-                            threads=threads, validate=False)  # fmt: skip
-    return Tree(**{f: getattr(out, f) for f in Tree.FIELDS})
+    return load().tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask,
+                             threads=threads, validate=False)  # fmt: skip
