@@ -10,32 +10,16 @@ import os
 import pathlib
 
 import pytest
-from hypothesis import HealthCheck, settings
 
-from harness import device, impls, spec
+from harness import device, impls, profiles, spec
 from harness.bench import ceilings, stages
 
 pytest_plugins = ["harness.reporting"]
 ROOT = pathlib.Path(__file__).resolve().parent
 _GPUS = pytest.StashKey[list]()
 
-# Profiles: deadlines off everywhere (the first GPU call pays for NVRTC and module load).
-settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile(
-    "ci",
-    settings.get_profile("ci"),
-    max_examples=200,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "thorough",
-    max_examples=2000,
-    deadline=None,
-    print_blob=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+# Profiles (quick, dev, ci, thorough: harness/profiles.py says what each runs).
+profiles.load()
 
 
 def pytest_addoption(parser):
@@ -112,7 +96,7 @@ def pytest_report_header(config):
     p = device.probe()
     return [
         f"kdtr: gpu: {p.reason}; nvrtc: {device.nvrtc_version()}; hypothesis profile: "
-        f"{settings._current_profile}; impl: {','.join(impls.expand(config.getoption('--impl')))}"
+        f"{profiles.current()}; impl: {','.join(impls.expand(config.getoption('--impl')))}"
     ]
 
 
@@ -169,10 +153,14 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_setup(item):
     params = getattr(item, "callspec", None)
     impl = params.params.get("impl") if params else None
-    if item.get_closest_marker("gpu") or (impl and impls.on_gpu(impl)):
+    on_gpu = bool(item.get_closest_marker("gpu") or (impl and impls.on_gpu(impl)))
+    if on_gpu:
         p = device.probe()
         if not p.ok:
             (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")
+    reason = profiles.left_out(item.get_closest_marker("full") is not None, on_gpu)
+    if reason:
+        pytest.skip(reason)
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):

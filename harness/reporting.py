@@ -18,10 +18,14 @@ import pathlib
 
 import pytest
 
-from . import claims, device, impls, skip_summary, spec
+from . import claims, device, impls, profiles, skip_summary, spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RANK = {"failed": 4, "passed": 3, "xfailed": 2, "not_claimed": 1, "skipped": 0}
+QUICK_NOTE = (
+    "Quick profile: reduced budgets (10 hypothesis examples a property, 5 for the heavy ones, 10 s fuzz runs, the "
+    "long cases on GPU implementations only); the full ones: `make conformance PROFILE=ci` (harness/profiles.py)."
+)
 STATUS = {"passed": "pass", "failed": "fail", "xfailed": "xfail", "not_claimed": "not claimed", "skipped": "skip"}
 
 
@@ -110,14 +114,16 @@ class _Collector:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             s = data["summary"]
+            if tr._tw.width_of_current_line:  # the progress line ([100%]) is not ended yet at this point
+                tr.write_line("")
             tr.write_line(
                 f"conformance report: {out / 'conformance.md'}  clauses pass={s['pass']} fail={s['fail']} "
                 f"not-claimed={s['not claimed']} skip={s['skip']} (rows: clause x impl x device)"
             )
+            if data["environment"]["hypothesis_profile"] == profiles.QUICK:
+                tr.write_line(QUICK_NOTE)
 
     def build(self) -> dict:
-        from hypothesis import settings
-
         p = device.probe()
         reg = spec.registry()
         rows = []
@@ -159,7 +165,7 @@ class _Collector:
                 "nvrtc": device.nvrtc_version(),
                 "packages": device.package_versions(),
                 "git_revision": device.git_revision(str(ROOT)),
-                "hypothesis_profile": settings._current_profile,
+                "hypothesis_profile": profiles.current(),
                 "impl_selected": self.config.getoption("--impl", default=None),
                 "xdist_workers": len([w for w in self.workers if w != "main"]),
                 "worker_gpus": {w: g for w, g in sorted(self.workers.items())},
@@ -239,6 +245,8 @@ def render_markdown(data: dict) -> str:
     ):
         lines.append(f"| {k} | {env.get(k)} |")
     lines.append(f"| packages | {', '.join(f'{k} {v}' for k, v in env['packages'].items())} |")
+    if env.get("hypothesis_profile") == profiles.QUICK:
+        lines += ["", f"**{QUICK_NOTE}**"]
     s = data["summary"]
     lines += [
         "",
