@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import contract
 import kdtr
-from harness import engine, kdtree_cpu, tools
+from harness import engine, kdtree_cpu, profiles, tools
 from harness import strategies as hh
 from harness.compare import assert_bit_exact
 from reference import tree_accept as ref_accept
@@ -557,7 +557,7 @@ def test_serve_keeps_serving_after_bad_requests(exe, tmp_path):
 def test_op_path_libfuzzer_smoke(request, tmp_path):
     """libFuzzer + ASan/UBSan over the op input path, seeded with valid op files; any crash fails."""
     fuzz = tools.required_binary(request.config, "kdtree-engine-fuzz")
-    seconds = int(os.environ.get("KDTR_FUZZ_SECONDS", "60"))
+    seconds = profiles.fuzz_seconds()
     seeds = tmp_path / "corpus"
     seeds.mkdir()
     for name, data in example_op_files().items():

@@ -112,7 +112,7 @@ DEEP = {
 }
 
 BUILD = {
-    "bs1024-distinct-prefixes": (lambda: _topk(1024, L15, 64, 64, np.arange(1024) * 37, full_mask=True), False),
+    "bs1024-distinct-prefixes": (lambda: _topk(1024, L15, 64, 64, np.arange(1024) * 37, full_mask=True), True),
     "B1024-Kin8-L32": (lambda: _topk(2, 32, 8, 1024, [0, 5]), False),
     "Kin1024-B512": (lambda: _topk(2, 4, 1024, 512, [3, 0], style="coarse"), False),
     "L32-B1024-Kin1024": (lambda: _topk(1, 32, 1024, 1024, [0]), False),
@@ -131,7 +131,8 @@ def build_case(name) -> tuple[Case, Tree]:
 
 
 def _param(name, slow):
-    return pytest.param(name, id=name, marks=[pytest.mark.slow] if slow else [])
+    """A slow case is also a `full` one: the quick profile runs it on GPU implementations only."""
+    return pytest.param(name, id=name, marks=[pytest.mark.slow, pytest.mark.full] if slow else [])
 
 
 def check_tree_invariants(case: Case, got: Tree) -> None:
@@ -374,7 +375,7 @@ def _accept_long_lists(page_size, prefix, *, dtype=np.float32, seed=0) -> Case:
 
 
 ACCEPT = {
-    "bs1024-distinct-prefixes-page64": (lambda: _accept(1024, 65, 64, np.arange(1024) * 3), False),
+    "bs1024-distinct-prefixes-page64": (lambda: _accept(1024, 65, 64, np.arange(1024) * 3), True),
     "D1025-page1": (lambda: _accept(2, 1025, 1, [0, 9]), False),
     "D1025-page7": (lambda: _accept(2, 1025, 7, [3, 700]), False),
     "D100-page100-fp32": (lambda: _accept(4, 100, 100, [0, 99, 100, 101], dtype=np.float32), False),

@@ -132,6 +132,7 @@ LONG = {
     "prefix-40000-and-19000": ([40_000, 19_000], False),
     "largest-context": ([limits.MAX_CONTEXT - 8, 7], True),
 }
+LONG_MARKS = [pytest.mark.slow, pytest.mark.full]  # full: the quick profile runs it on GPU implementations only
 LONG_Q, LONG_H = 8, 4  # Q·H = 32 rows: one row tile of every variant but the 99 KB fp32 one (16 rows, two tiles)
 FORCED = [None, 480, 97]  # None: the default rule; 480 and 97 keys: 84 / 40 and 413 / 196 splits
 
@@ -160,9 +161,7 @@ def planned_splits(impl, case, chunk) -> list[int] | None:
 
 @pytest.mark.spec("TV.2.8", "TV.2.2", "TV.2.7")
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, id=n, marks=[pytest.mark.slow] if s else []) for n, (_, s) in LONG.items()]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, id=n, marks=LONG_MARKS if s else []) for n, (_, s) in LONG.items()])
 def test_more_than_32_splits_with_large_logits(impl, dtype, name):
     """q × 100 over 19,000 to 262,144 keys: logits reach ≈ 600, each split's partial lse differs from the
     others' by up to hundreds, and the combine merges 33 to 2703 of them (every lane of its warp takes several):

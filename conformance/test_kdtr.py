@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import pathlib
 import random
 import signal
@@ -17,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kdtr
+from harness import profiles, tools
 from harness import strategies as hh
-from harness import tools
 from kdtr.describe import comparable, describe
 from kdtr.testing import fix_crcs
 
@@ -299,9 +298,9 @@ def test_readers_agree_on_mutated_files(request, reader, tmp_path_factory, data)
 
 
 def _fuzz(request, cmd: list[str], tmp_path, cwd=None) -> None:
-    """Run a libFuzzer-style target for KDTR_FUZZ_SECONDS (default 60) seeded with the corpus, from `cwd`
+    """Run a libFuzzer-style target for profiles.fuzz_seconds() (60 s; quick: 10) seeded with the corpus, from `cwd`
     (default tmp_path); any crash, abort or escaped exception fails, and the run's stats go into the report."""
-    seconds = int(os.environ.get("KDTR_FUZZ_SECONDS", "60"))
+    seconds = profiles.fuzz_seconds()
     seeds = tmp_path / "corpus"
     seeds.mkdir()
     for p in CORPUS.rglob("*.kdtr"):

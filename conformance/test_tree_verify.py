@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from contract import InputError, limits
 from contract.paged import cache_rows
 from contract.trees import unpack_visibility
+from harness import profiles
 from harness import spec as clauses
 from harness import strategies as hh
 from harness.cases import run
@@ -19,7 +20,7 @@ from reference import oracles
 from reference import tree_verify as ref
 
 BF16 = ml_dtypes.bfloat16
-HEAVY = settings(max_examples=max(10, settings().max_examples // 5))  # each example is many small matmuls
+HEAVY = settings(max_examples=profiles.heavy_examples())  # each example is many small matmuls
 
 
 def tol(clause_id):
@@ -537,6 +538,7 @@ def test_empty_prefix(impl, dtype):
 
 
 @pytest.mark.spec("TV.3.1", "TV.3.5")
+@pytest.mark.full  # ~20 s a case in the numpy reference (quick: GPU implementations only)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # siblings that see the huge rows overflow (not checked)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("chunk", [None, 16])
