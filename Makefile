@@ -6,15 +6,19 @@ JOBS ?= auto
 setup:
 	@tools/setup.sh
 
-# The main job: the conformance suite and its report (reports/conformance.md, .json).
+# The main job: the conformance suite and its report (reports/conformance.md, .json). PROFILE=quick (the default:
+# a few minutes, reduced budgets) or ci (the full ones, as make test, CI and the GPU job run; harness/profiles.py).
+# HYPOTHESIS_PROFILE or CI in the environment choose as they do for pytest.
+PROFILE ?= $(or $(HYPOTHESIS_PROFILE),$(if $(CI),ci,quick))
 conformance: setup
-	$(PYTEST) conformance -n $(JOBS) $(ARGS)
+	@echo "conformance: pytest conformance, profile $(PROFILE), $(JOBS) workers -> reports/conformance.md"
+	HYPOTHESIS_PROFILE=$(PROFILE) $(PYTEST) conformance -n $(JOBS) $(ARGS)
 
 # The whole test suite, as CI runs it: meta tests, conformance, compile-only kernel checks, perf smoke,
 # the fuzz smoke runs, then the KDTR reader branch-coverage gate. Any failing or missing tool is an error
-# (KDTR_REQUIRE_TOOLS=1).
+# (KDTR_REQUIRE_TOOLS=1). The full hypothesis budgets (profile ci) unless HYPOTHESIS_PROFILE says otherwise.
 test: setup
-	KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
+	HYPOTHESIS_PROFILE=$(or $(HYPOTHESIS_PROFILE),ci) KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
 	.venv/bin/python -m kdtr.coverage_gate
 
 # Both outcomes of every branch of both KDTR readers under the KDTR tests (reports/kdtr-coverage.txt).
