@@ -19,6 +19,12 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# The builds' own output (pip's warnings, ptxas notes) goes to build/setup.log, shown when a step fails.
+mkdir -p build
+LOG=build/setup.log
+: > "$LOG"
+quietly() { "$@" >>"$LOG" 2>&1 || { echo "setup: failed: $*" >&2; tail -n 40 "$LOG" >&2; exit 1; }; }
+
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # The Python packages are (re)installed only when what they are installed from changed: an editable install
 # follows the sources by itself, so a second `make conformance` starts the tests at once.
@@ -26,18 +32,19 @@ stamp=.venv/.kdtr-setup
 want=$(cat pyproject.toml examples/kdtree_example_impl/pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the Python packages into .venv (pyproject.toml is new or changed)"
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,report]'
+  quietly .venv/bin/python -m pip install -q --upgrade pip
+  quietly .venv/bin/python -m pip install -q -e '.[test,report]'
   # the example user package (examples/kdtree_example_impl): `--impl example-correct` / `example-wrong` by entry point
-  .venv/bin/python -m pip install -q --no-deps -e examples/kdtree_example_impl
+  quietly .venv/bin/python -m pip install -q --no-deps -e examples/kdtree_example_impl
   echo "$want" > "$stamp"
 else
   echo "setup: Python packages up to date"
 fi
 
-cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build/kdtr -j "$(nproc)" >/dev/null
-cmake --install build/kdtr --prefix .venv >/dev/null  # kdtr-inspect on the environment's PATH
+echo "setup: building the KDTR tools, the engine and the fuzz targets under build/ (CMake; log: $LOG)"
+quietly cmake -S kdtr -B build/kdtr -DCMAKE_BUILD_TYPE=Release
+quietly cmake --build build/kdtr -j "$(nproc)"
+quietly cmake --install build/kdtr --prefix .venv  # kdtr-inspect on the environment's PATH
 # nvcc for the engine's CUDA backend (it needs no GPU): on PATH, in CUDA_HOME or /usr/local/cuda, else the
 # CUDA 13.0 compiler wheels from the package index into .venv (13.0: what driver 580 loads; the four are pinned
 # together, since nvcc refuses a newer nvvm's PTX). Without any, the engine is built for the CPU only.
@@ -53,7 +60,7 @@ NVCC=$(find_nvcc || true)
 if [ -z "$NVCC" ]; then
   echo "setup: no nvcc found; installing the CUDA 13.0 compiler wheels into .venv"
   if .venv/bin/python -m pip install -q "nvidia-cuda-nvcc==13.0.*" "nvidia-nvvm==13.0.*" "nvidia-cuda-crt==13.0.*" \
-       "nvidia-cuda-runtime==13.0.*" >/dev/null; then
+       "nvidia-cuda-runtime==13.0.*" >>"$LOG" 2>&1; then
     for d in .venv/lib/python*/site-packages/nvidia/cu13; do
       [ -e "$d/lib64" ] || ln -s lib "$d/lib64"  # nvcc.profile and CMake look for lib64
     done
@@ -68,13 +75,13 @@ else
   CUDA_FLAGS=(-DKDTREE_CUDA=OFF)
 fi
 # The engine: kdtree-engine and libkdtree_cpu.so under build/engine/
-cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release "${CUDA_FLAGS[@]}" >/dev/null
-cmake --build build/engine -j "$(nproc)" >/dev/null
+quietly cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release "${CUDA_FLAGS[@]}"
+quietly cmake --build build/engine -j "$(nproc)"
 if command -v clang++-14 >/dev/null; then
-  cmake -S kdtr -B build/fuzz -DKDTR_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-  cmake --build build/fuzz -j "$(nproc)" --target kdtr-fuzz >/dev/null
-  cmake -S engine -B build/engine-fuzz -DKDTREE_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14 >/dev/null
-  cmake --build build/engine-fuzz -j "$(nproc)" --target kdtree-engine-fuzz >/dev/null
+  quietly cmake -S kdtr -B build/fuzz -DKDTR_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
+  quietly cmake --build build/fuzz -j "$(nproc)" --target kdtr-fuzz
+  quietly cmake -S engine -B build/engine-fuzz -DKDTREE_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++-14
+  quietly cmake --build build/engine-fuzz -j "$(nproc)" --target kdtree-engine-fuzz
 fi
 built=$(ls .venv/bin/kdtr-inspect build/fuzz/kdtr-fuzz build/engine/kdtree-engine build/engine-fuzz/kdtree-engine-fuzz \
   2>/dev/null | tr '\n' ' ')
