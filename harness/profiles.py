@@ -2,7 +2,8 @@
 
 - `quick` (`make conformance`'s default): 10 hypothesis examples per property (5 for tree_verify's heavy ones),
   the three fuzz smoke runs 10 s each, and the long cases (marked `full`: the largest context, batches of 1024,
-  a 6 GiB file) run on GPU implementations only. Every clause keeps a test for every implementation
+  a 6 GiB file, mask isolation at every query, the two largest accepted boundary cases) run on GPU
+  implementations only. Every clause keeps a test for every implementation
   (meta/test_profiles.py checks it); the report says the run was quick.
 - `dev` (plain `pytest` without CI): 30 examples (10 for the heavy ones), fuzz 60 s, every case.
 - `ci` (`make test`, .ci/run, tools/gpu_suite.sh, `make conformance PROFILE=ci`): 200 examples (40 for the
