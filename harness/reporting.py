@@ -309,16 +309,7 @@ def render_markdown(data: dict) -> str:
         lines += ["", "## What each arch runs (compile-only)", ""]
         lines += [f"- **{a['arch']}**: {a['text']}" for a in data["arch_runs"]]
     if data["mutants"]:
-        killed = sum(1 for v in data["mutants"].values() if v["killed"])
-        lines += [
-            "",
-            f"## Mutants: {killed} / {len(data['mutants'])} killed",
-            "",
-            "| mutant | killed by |",
-            "|---|---|",
-        ]
-        for name, v in sorted(data["mutants"].items()):
-            lines.append(f"| {name} | {v['by'] if v['killed'] else '**survived**'} |")
+        lines += mutants_markdown(data["mutants"])
     if data.get("served_by"):
         lines += [
             "",
@@ -329,6 +320,25 @@ def render_markdown(data: dict) -> str:
         ]
         lines += [f"| {k} | {n} |" for k, n in data["served_by"].items()]
     return "\n".join(lines) + "\n"
+
+
+def mutants_markdown(mutants: dict) -> list[str]:
+    """The report's mutant table: each mutant with the test that killed it, or why it was not killed."""
+    killed = sum(1 for v in mutants.values() if v["killed"])
+    broken = sum(1 for v in mutants.values() if v.get("error"))
+    lines = [
+        "",
+        f"## Mutants: {killed} / {len(mutants)} killed" + (f", {broken} not judged" if broken else ""),
+        "",
+        "| mutant | killed by |",
+        "|---|---|",
+    ]
+    for name, v in sorted(mutants.items()):
+        if v["killed"]:
+            lines.append(f"| {name} | {v['by']} |")
+        else:  # a run that broke judged nothing: it is neither a kill nor a survival
+            lines.append(f"| {name} | " + (f"**not judged**: {v['error']} |" if v.get("error") else "**survived** |"))
+    return lines
 
 
 def impl_summary_markdown(by: dict) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness import kernel_mutants
+from harness import judging, kernel_mutants
 from kernels_cu import runtime
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -88,17 +88,7 @@ def judge(name, request, tmp_path, variants=None, label=None):
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
     cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path, variants)]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
-    request.node.user_properties.append(
-        (
-            "mutants",
-            {
-                label or name: {
-                    "killed": bool(killer) and out.returncode == 1,
-                    "by": killer.group(1) if killer else None,
-                    "description": f"CUDA {slug}" + (f" on {', '.join(variants)} alone" if variants else ""),
-                }
-            },
-        )
-    )
-    assert out.returncode == 1 and killer, f"kernel mutant {name} survived (rc={out.returncode}):\n{out.stdout[-3000:]}"
+    row = judging.verdict(out.returncode, out.stdout)
+    row["description"] = f"CUDA {slug}" + (f" on {', '.join(variants)} alone" if variants else "")
+    request.node.user_properties.append(("mutants", {label or name: row}))
+    assert row["killed"], f"{judging.describe(name, row)} (rc={out.returncode}):\n{out.stdout[-3000:]}"

@@ -8,12 +8,12 @@ failing test is recorded as the killer, and the report prints the kill count.
 
 import os
 import pathlib
-import re
 import subprocess
 import sys
 
 import pytest
 
+from harness import judging
 from harness.mutants import MUTANTS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -58,9 +58,6 @@ def test_mutant_is_killed(name, request, tmp_path):
         "addopts=--strict-markers --import-mode=importlib --benchmark-disable",
     ]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    killer = re.search(r"^FAILED (\S+)", out.stdout, re.M)
-    killed = out.returncode == 1 and killer is not None
-    request.node.user_properties.append(
-        ("mutants", {name: {"killed": killed, "by": killer.group(1) if killer else None, "description": description}})
-    )
-    assert killed, f"mutant {name} ({description}) survived: rc={out.returncode}\n{out.stdout[-3000:]}"
+    row = judging.verdict(out.returncode, out.stdout)
+    request.node.user_properties.append(("mutants", {name: {**row, "description": description}}))
+    assert row["killed"], f"{judging.describe(name, row)} ({description}): rc={out.returncode}\n{out.stdout[-3000:]}"

@@ -21,7 +21,11 @@ def test_where(i, record_property):
 
 
 def _run(tmp_path, gpus, workers):
-    probe = ROOT / "conformance" / f"test_zz_xdist_probe_{uuid.uuid4().hex[:12]}.py"  # unique: tests run in parallel
+    # In conformance/ for its conftest; unique, since tests run in parallel; and named outside python_files
+    # (test_*.py), so that a pytest collecting conformance/ at the same time never sees it (two kernel-mutant
+    # judgings once failed on collecting a probe that this test was deleting). Named on the command line,
+    # pytest collects it all the same.
+    probe = ROOT / "conformance" / f"xdist_probe_{uuid.uuid4().hex[:12]}.py"
     probe.write_text(PROBE)
     (tmp_path / "out").mkdir()
     env = {**os.environ, "KDTR_GPUS": gpus, "KDTR_PROBE_OUT": str(tmp_path / "out")}
