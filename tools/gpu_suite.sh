@@ -3,6 +3,8 @@
 # compute-sanitizer, the perf stages (each one pytest run that fits in 10 minutes on an H200), the regression
 # gate's planted-slowdown and planted-fallback checks, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
+# OUT: a folder under the ignored runs/ (e.g. runs/h200-$(date +%F)); to commit a run, copy its summary into
+#   reports/<device>/<date>/ (reports/README.md).
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
 #           gate_fallback baseline report scaling engine_cuda tb_dev perf_verify_peers
 #   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells

@@ -4,6 +4,8 @@
 # and the benchmarks beside the variants they mirror; then the short table of tools/sm120_summary.py.
 # Usage: tools/sm120_certify.sh OUT [stages...]   (stages: check mutants_tb perf summary; default all, in order;
 #        each of check, mutants_tb and perf fits 10 minutes on an H200, so they may be run one per call into OUT)
+# OUT: a folder under the ignored runs/ (e.g. runs/h200-sm120-$(date +%F)); to commit a run, copy its summary into
+#   reports/<device>/<date>/ (reports/README.md).
 #   check:      the twins' conformance (+ the device's arch-limit row and query-kernel geometry), the tree_verify
 #               kernel mutants (k_tv_*: on portable and portable_99k together, then on the twin alone), compute-sanitizer (four tools) on
 #               portable_99k's sanitize cases and on the tree_build twins' conformance tests, side by side
