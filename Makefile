@@ -16,9 +16,9 @@ conformance: setup
 
 # The whole test suite, as CI runs it: meta tests, conformance, compile-only kernel checks, perf smoke,
 # the fuzz smoke runs, then the KDTR reader branch-coverage gate. Any failing or missing tool is an error
-# (KDTR_REQUIRE_TOOLS=1). The full hypothesis budgets (profile ci) unless HYPOTHESIS_PROFILE says otherwise.
+# (KDTREE_REQUIRE_TOOLS=1). The full hypothesis budgets (profile ci) unless HYPOTHESIS_PROFILE says otherwise.
 test: setup
-	HYPOTHESIS_PROFILE=$(or $(HYPOTHESIS_PROFILE),ci) KDTR_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
+	HYPOTHESIS_PROFILE=$(or $(HYPOTHESIS_PROFILE),ci) KDTREE_REQUIRE_TOOLS=1 $(PYTEST) -n $(JOBS) $(ARGS)
 	.venv/bin/python -m kdtr.coverage_gate
 
 # Both outcomes of every branch of both KDTR readers under the KDTR tests (reports/kdtr-coverage.txt).

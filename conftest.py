@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from harness import device, impls, profiles, spec
+from harness import device, env_names, impls, profiles, spec
 from harness.bench import ceilings, stages
 
 pytest_plugins = ["harness.reporting"]
@@ -35,31 +35,31 @@ def pytest_addoption(parser):
     parser.addoption(
         "--require-gpu",
         action="store_true",
-        default=bool(os.environ.get("KDTR_REQUIRE_GPU")),
+        default=bool(os.environ.get("KDTREE_REQUIRE_GPU")),
         help="turn 'no GPU' skips into failures (GPU runners)",
     )
     parser.addoption(
         "--require-tools",
         action="store_true",
-        default=bool(os.environ.get("KDTR_REQUIRE_TOOLS")),
+        default=bool(os.environ.get("KDTREE_REQUIRE_TOOLS")),
         help="turn 'tool not built' skips (kdtr-inspect, fuzzer, NVRTC) into failures (CI)",
     )
     group = parser.getgroup("kdtr perf", "the benchmarks under perf/ (harness/bench/stages.py)")
     group.addoption(
         "--perf-stage",
-        default=os.environ.get("KDTR_PERF_STAGE") or None,
+        default=os.environ.get("KDTREE_PERF_STAGE") or None,
         help=f"run one stage of the perf suite: {', '.join(stages.STAGES)} (default: every case)",
     )
     group.addoption(
         "--perf-quick",
         action="store_true",
-        default=bool(os.environ.get("KDTR_PERF_QUICK")),
+        default=bool(os.environ.get("KDTREE_PERF_QUICK")),
         help="a reduced grid (cases marked perf_full are left out)",
     )
     group.addoption(
         "--perf-no-comparators",
         action="store_true",
-        default=bool(os.environ.get("KDTR_PERF_NO_COMPARATORS")),
+        default=bool(os.environ.get("KDTREE_PERF_NO_COMPARATORS")),
         help="time the kernels only (the regression gate's reruns)",
     )
 
@@ -74,9 +74,14 @@ def pytest_configure_node(node):
 
 
 def pytest_configure(config):
-    """xdist worker: pin the GPU before anything initialises CUDA (the probe is lazy). Everyone: check --impl
+    """Everyone: no environment variable under an old name (harness/env_names.py). xdist worker: pin the GPU
+    before anything initialises CUDA (the probe is lazy). Everyone: check --impl
     against the registry and --perf-stage against the stages. A benchmark JSON asked for under xdist is a
     usage error: pytest-benchmark switches itself off there and writes nothing."""
+    try:  # first: an environment variable under its old KDTR_ name would be ignored without a word (KDTREE_ now)
+        env_names.check()
+    except env_names.OldEnvironmentName as e:
+        raise pytest.UsageError(str(e)) from None
     gpu = getattr(config, "workerinput", {}).get("kdtr_gpu")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu

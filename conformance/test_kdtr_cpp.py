@@ -79,7 +79,7 @@ def test_inspect_error_line_is_the_python_message(request, reader):
 def test_inspect_on_path_after_setup(request, reader):
     """`make setup` installs kdtr-inspect into .venv/bin: on PATH once the environment is activated."""
     _binary(request, "kdtr-inspect")
-    built = ROOT / "build" / "kdtr" / "kdtr-inspect"  # what `make setup` built (not KDTR_BUILD_DIR's)
+    built = ROOT / "build" / "kdtr" / "kdtr-inspect"  # what `make setup` built (not KDTREE_BUILD_DIR's)
     venv = ROOT / ".venv" / "bin"
     if not (venv / "activate").is_file():
         tools.missing(request.config, "no .venv: run `make setup`")

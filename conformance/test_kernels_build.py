@@ -54,7 +54,7 @@ def test_variants_differ_in_their_defines():
 def test_compile_error_carries_log(tmp_path, monkeypatch):
     (tmp_path / "broken.cu").write_text('extern "C" __global__ void k() { undefined_thing = 1; }\n')
     monkeypatch.setattr(runtime, "HERE", tmp_path)
-    monkeypatch.setenv("KDTR_DISABLE_CACHE", "1")
+    monkeypatch.setenv("KDTREE_DISABLE_CACHE", "1")
     broken = specs.KernelSpec("broken", "x", "a kernel that does not compile", "broken.cu", "k", "k", 32)
     with pytest.raises(runtime.CompileError, match='identifier "undefined_thing" is undefined'):
         runtime.compile_kernel(broken, "sm_90")
@@ -82,7 +82,7 @@ def _child(name, env):
 
 @pytest.mark.spec("KB.1.4")
 def test_cache_hits_and_keys(tmp_path, monkeypatch):
-    env = {**os.environ, "KDTR_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "KDTREE_CACHE_DIR": str(tmp_path / "cache")}
     first, second = _child("tree_accept:pointer_jump", env), _child("tree_accept:pointer_jump", env)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split()[0] == "0" and second.stdout.split()[0] == "1", (first.stdout, second.stdout)
@@ -98,7 +98,7 @@ def test_cache_hits_and_keys(tmp_path, monkeypatch):
 @pytest.mark.spec("KB.1.4")
 def test_concurrent_writers_leave_whole_entries(tmp_path):
     """Eight processes compile the same kernel into an empty cache at once; every entry read back is whole."""
-    env = {**os.environ, "KDTR_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "KDTREE_CACHE_DIR": str(tmp_path / "cache")}
     with concurrent.futures.ThreadPoolExecutor(8) as ex:
         results = list(ex.map(lambda _: _child("tree_build:heap_smem", env), range(8)))
     assert all(r.returncode == 0 for r in results), [r.stderr for r in results if r.returncode]

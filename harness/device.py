@@ -80,8 +80,8 @@ def git_revision(root: str) -> str:
 
 def visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, found without initialising CUDA (which would pin the process):
-    KDTR_GPUS (comma list) or CUDA_VISIBLE_DEVICES when set, else one id per `nvidia-smi -L` line."""
-    for var in ("KDTR_GPUS", "CUDA_VISIBLE_DEVICES"):
+    KDTREE_GPUS (comma list) or CUDA_VISIBLE_DEVICES when set, else one id per `nvidia-smi -L` line."""
+    for var in ("KDTREE_GPUS", "CUDA_VISIBLE_DEVICES"):
         if os.environ.get(var) is not None:
             return [x.strip() for x in os.environ[var].split(",") if x.strip()]
     try:

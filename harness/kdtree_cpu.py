@@ -10,7 +10,7 @@ wrapper of the engine's C library (the tests, the benchmark's C++ comparator and
 The results are contract Trees, bit-exact with reference/tree_build.py (spec/tree_build.md). Inputs must already have
 the contract's dtypes (float32 log-probs, int32 ids, roots and prefix lengths) and be C-contiguous;
 nothing is converted silently. The library is found the way every built tool is (harness.tools: the build
-folder, $KDTR_BUILD_DIR or the repository's build/).
+folder, $KDTREE_BUILD_DIR or the repository's build/).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
   heavy ones), derandomized, fuzz 60 s, every case.
 - `thorough`: 2000 examples, every case.
 
-Deadlines are off everywhere (the first GPU call pays for NVRTC and module load). KDTR_FUZZ_SECONDS overrides
+Deadlines are off everywhere (the first GPU call pays for NVRTC and module load). KDTREE_FUZZ_SECONDS overrides
 the fuzz runs' length in every profile.
 """
 
@@ -64,8 +64,8 @@ def heavy_examples(n: int | None = None) -> int:
 
 
 def fuzz_seconds(profile: str | None = None) -> int:
-    """How long each fuzz smoke run lasts: KDTR_FUZZ_SECONDS, else 10 s in the quick profile and 60 s in any other."""
-    return int(os.environ.get("KDTR_FUZZ_SECONDS") or FUZZ_SECONDS.get(profile or current(), 60))
+    """How long each fuzz smoke run lasts: KDTREE_FUZZ_SECONDS, else 10 s in the quick profile and 60 s in any other."""
+    return int(os.environ.get("KDTREE_FUZZ_SECONDS") or FUZZ_SECONDS.get(profile or current(), 60))
 
 
 def left_out(full: bool, on_gpu: bool, profile: str | None = None) -> str | None:

@@ -47,9 +47,9 @@ class Policy:
 
 
 def policy_from_env(**overrides) -> Policy:
-    """The default policy, with the time budget per measurement from KDTR_PERF_BUDGET_S when set."""
-    if os.environ.get("KDTR_PERF_BUDGET_S"):
-        overrides.setdefault("budget_s", float(os.environ["KDTR_PERF_BUDGET_S"]))
+    """The default policy, with the time budget per measurement from KDTREE_PERF_BUDGET_S when set."""
+    if os.environ.get("KDTREE_PERF_BUDGET_S"):
+        overrides.setdefault("budget_s", float(os.environ["KDTREE_PERF_BUDGET_S"]))
     return Policy(**overrides)
 
 

@@ -11,7 +11,7 @@ import sys
 from typing import NoReturn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BUILD = pathlib.Path(os.environ.get("KDTR_BUILD_DIR", ROOT / "build"))
+BUILD = pathlib.Path(os.environ.get("KDTREE_BUILD_DIR", ROOT / "build"))
 BINARIES = {
     "kdtr-inspect": BUILD / "kdtr" / "kdtr-inspect",
     "kdtr-test": BUILD / "kdtr" / "kdtr-test",

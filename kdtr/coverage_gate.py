@@ -60,9 +60,9 @@ def run_tests() -> None:
         f.unlink()
     env = dict(
         os.environ,
-        KDTR_BUILD_DIR=str(OUT),  # harness.tools picks the instrumented tools from here
+        KDTREE_BUILD_DIR=str(OUT),  # harness.tools picks the instrumented tools from here
         LLVM_PROFILE_FILE=str(OUT / "prof" / "kdtr-%4m.profraw"),  # a pool of 4 files merged online
-        KDTR_REQUIRE_TOOLS="1",
+        KDTREE_REQUIRE_TOOLS="1",
         # few examples, fixed seed: the gate must not depend on luck (the boundary cases and the golden
         # corpus reach every branch on their own; the full hypothesis runs are in the main suite)
         HYPOTHESIS_PROFILE="dev",

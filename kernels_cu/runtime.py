@@ -105,7 +105,7 @@ def program_options(spec: KernelSpec, arch: str) -> dict:
 
 
 def cache_dir() -> pathlib.Path:
-    root = os.environ.get("KDTR_CACHE_DIR") or os.path.join(
+    root = os.environ.get("KDTREE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kdtree-conformance"
     )
     return pathlib.Path(root) / f"v{SCHEMA}"
@@ -194,7 +194,7 @@ def compile_kernel(spec: KernelSpec, arch: str) -> Compiled:
     if not re.fullmatch(r"sm_\d+[af]?", arch):
         raise ValueError(f"arch: {arch!r} is not an sm_XX architecture (PTX targets are not loaded)")
     key = cache_key(spec, arch)
-    use_cache = not os.environ.get("KDTR_DISABLE_CACHE")
+    use_cache = not os.environ.get("KDTREE_DISABLE_CACHE")
     hit = _read_cache(key) if use_cache else None
     if hit is not None:
         cubin, log = hit

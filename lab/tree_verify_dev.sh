@@ -11,7 +11,7 @@ OUT=${1:?usage: lab/tree_verify_dev.sh OUT [stages]}; shift
 STAGES=${*:-smoke check time versus profile}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT/logs"
-export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev} KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$OUT/.cache}
 # reports name this revision (set it when the tree is a copy without .git, or inside another checkout)
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }

@@ -1,6 +1,6 @@
-"""One slug per op in every layer, every path the README names exists, the lab's README and the tools row name
-what is there, every `python -m` command names a module, and nothing patches sys.path (the guards against
-README/tree drift)."""
+"""One slug per op in every layer, the lab's README and the tools row name what is there, every `python -m` command
+names a module, and nothing patches sys.path (the guards against README/tree drift; the README's paths and folder
+map: meta/test_readme_paths.py)."""
 
 import pathlib
 import re
@@ -35,35 +35,6 @@ def test_kdtr_corpus_is_fresh():
     for rel, data in gen_corpus.generate().items():
         p = ROOT / "kdtr" / "corpus" / rel
         assert p.is_file() and p.read_bytes() == data, f"kdtr/corpus/{rel} is stale: run `make corpus`"
-
-
-# What the README names but a run makes (setup, make kdtr-coverage, a local pytest run): not in a fresh clone.
-GENERATED = ("build/", ".venv/", "reports/conformance.", "reports/kdtr-coverage.txt", "reports/perf")
-
-
-def readme_paths() -> list[str]:
-    """The repository paths the README names in backticks: a first component that exists at the root, no
-    placeholders (<arch>, *, $OUT, {md,json}), not a generated output; `pkg/module.attr` names pkg/module.py."""
-    top = {p.name for p in ROOT.iterdir()}
-    out = set()
-    for t in re.findall(r"`([^`\s]+)`", (ROOT / "README.md").read_text()):
-        t = t.rstrip(".,:;)")
-        if t.split("/")[0] not in top or ("/" not in t and "." not in t):
-            continue
-        if re.search(r"[<>*{}$]", t) or t.startswith(GENERATED):
-            continue
-        out.add(t)
-    return sorted(out)
-
-
-def test_every_path_the_readme_names_exists():
-    def exists(t):
-        head, _, attr = t.rpartition(".")
-        return (ROOT / t).exists() or (attr.isidentifier() and (ROOT / f"{head}.py").is_file())
-
-    paths = readme_paths()
-    assert len(paths) > 40, paths  # the README's folder map alone names more
-    assert [t for t in paths if not exists(t)] == []
 
 
 def _names_in_backticks(text: str) -> set[str]:

@@ -19,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _pytest(*args, tmp_path, env=None):
-    drop = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "KDTR_PERF_STAGE", "KDTR_PERF_QUICK")
+    drop = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "KDTREE_PERF_STAGE", "KDTREE_PERF_QUICK")
     # this test may itself run under xdist (the child must not think it is a worker) or inside a perf stage
     env = {**{k: v for k, v in os.environ.items() if k not in drop}, **(env or {})}
     return subprocess.run(
@@ -36,9 +36,9 @@ def _pytest(*args, tmp_path, env=None):
 def test_benchmark_json_written_as_typed(tmp_path):
     """The literal command (no -n, no -p flags): the JSON exists and holds the cases that ran here."""
     out = tmp_path / "out.json"
-    env = {"KDTR_PERF_BUDGET_S": "0.05"}
+    env = {"KDTREE_PERF_BUDGET_S": "0.05"}
     if device.probe().ok:  # on a GPU the whole suite takes an hour: the same command, restricted by environment
-        env.update(KDTR_PERF_STAGE="gate", KDTR_PERF_NO_COMPARATORS="1")
+        env.update(KDTREE_PERF_STAGE="gate", KDTREE_PERF_NO_COMPARATORS="1")
     r = _pytest("perf", "--benchmark-json", str(out), "-rs", tmp_path=tmp_path, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     data = json.loads(out.read_text())
@@ -72,7 +72,7 @@ def pytest_collection_finish(session):
     rows = [{"id": i.nodeid, "perf": i.get_closest_marker("perf") is not None,
              "stages": sorted({n for m in i.iter_markers("perf_stage") for n in m.args}),
              "full": i.get_closest_marker("perf_full") is not None} for i in session.items]
-    with open(os.environ["KDTR_DUMP"], "w") as f:
+    with open(os.environ["KDTREE_DUMP"], "w") as f:
         json.dump(rows, f)
 """
 
@@ -82,7 +82,7 @@ def perf_items(tmp_path_factory):
     """Every perf case with its stage names and perf_full flag, from one collection."""
     d = tmp_path_factory.mktemp("dump")
     (d / "kdtr_stage_dump.py").write_text(DUMP)
-    env = {"KDTR_DUMP": str(d / "items.json"), "PYTHONPATH": f"{d}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {"KDTREE_DUMP": str(d / "items.json"), "PYTHONPATH": f"{d}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     r = _pytest("perf", "--collect-only", "-q", "-p", "kdtr_stage_dump", tmp_path=d, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return json.loads((d / "items.json").read_text())

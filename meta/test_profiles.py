@@ -16,7 +16,8 @@ import pytest
 from harness import impls, profiles, spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DROP = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "HYPOTHESIS_PROFILE", "CI", "PROFILE", "KDTR_FUZZ_SECONDS")
+DROP = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "HYPOTHESIS_PROFILE", "CI", "PROFILE")
+DROP += ("KDTREE_FUZZ_SECONDS",)
 DROP += ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")  # run from make itself: its command-line variables pass on
 
 
@@ -30,9 +31,9 @@ def test_heavy_properties_get_a_fifth_and_at_least_10_outside_quick(n, want):
 
 
 def test_fuzz_runs_are_shorter_only_in_quick(monkeypatch):
-    monkeypatch.delenv("KDTR_FUZZ_SECONDS", raising=False)
+    monkeypatch.delenv("KDTREE_FUZZ_SECONDS", raising=False)
     assert [profiles.fuzz_seconds(p) for p in ("quick", "dev", "ci", "thorough")] == [10, 60, 60, 60]
-    monkeypatch.setenv("KDTR_FUZZ_SECONDS", "5")
+    monkeypatch.setenv("KDTREE_FUZZ_SECONDS", "5")
     assert profiles.fuzz_seconds("ci") == 5
 
 
@@ -53,7 +54,7 @@ def pytest_collection_finish(session):
                      "dtype": str(params["dtype"]) if "dtype" in params else None,
                      "impl": params.get("impl", params.get("reader", "-")),
                      "full": i.get_closest_marker("full") is not None})
-    with open(os.environ["KDTR_DUMP"], "w") as f:
+    with open(os.environ["KDTREE_DUMP"], "w") as f:
         json.dump(rows, f)
 """
 
@@ -63,7 +64,7 @@ def test_quick_keeps_a_test_of_every_clause_for_every_implementation(tmp_path):
     report row never loses all its tests to the profile."""
     (tmp_path / "kdtr_quick_dump.py").write_text(DUMP)
     env = _env(
-        KDTR_DUMP=str(tmp_path / "items.json"), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+        KDTREE_DUMP=str(tmp_path / "items.json"), PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
     )
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q", "-p", "kdtr_quick_dump",

@@ -80,7 +80,7 @@ def test_policy_rejects_nonsense():
 
 
 def test_policy_budget_from_env(monkeypatch):
-    monkeypatch.setenv("KDTR_PERF_BUDGET_S", "0.25")
+    monkeypatch.setenv("KDTREE_PERF_BUDGET_S", "0.25")
     assert timing.policy_from_env().budget_s == 0.25
     assert timing.policy_from_env(budget_s=2.0).budget_s == 2.0
 

@@ -40,5 +40,5 @@ def test_gpu_suite_script_shellchecks(request):
 def test_workflow_calls_the_suite_script():
     """The workflow sets up with the README's command and runs the project's GPU suite script."""
     text = (ROOT / ".github" / "workflows" / "gpu.yml").read_text()
-    for needle in ("make setup", "tools/gpu_suite.sh", "sm_90", "sm_120", "upload-artifact", "KDTR_PERF_BASELINE"):
+    for needle in ("make setup", "tools/gpu_suite.sh", "sm_90", "sm_120", "upload-artifact", "KDTREE_PERF_BASELINE"):
         assert needle in text, f"gpu.yml lacks {needle!r}"

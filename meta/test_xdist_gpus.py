@@ -15,7 +15,7 @@ import os, pytest
 @pytest.mark.spec("KB.1.4")
 @pytest.mark.parametrize("i", range(8))
 def test_where(i, record_property):
-    with open(os.environ["KDTR_PROBE_OUT"] + "/" + os.environ["PYTEST_XDIST_WORKER"], "w") as f:
+    with open(os.environ["KDTREE_PROBE_OUT"] + "/" + os.environ["PYTEST_XDIST_WORKER"], "w") as f:
         f.write(os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
 """
 
@@ -28,7 +28,7 @@ def _run(tmp_path, gpus, workers):
     probe = ROOT / "conformance" / f"xdist_probe_{uuid.uuid4().hex[:12]}.py"
     probe.write_text(PROBE)
     (tmp_path / "out").mkdir()
-    env = {**os.environ, "KDTR_GPUS": gpus, "KDTR_PROBE_OUT": str(tmp_path / "out")}
+    env = {**os.environ, "KDTREE_GPUS": gpus, "KDTREE_PROBE_OUT": str(tmp_path / "out")}
     env.pop("CUDA_VISIBLE_DEVICES", None)
     try:
         r = subprocess.run(

@@ -15,7 +15,7 @@ def ceilings():
 
 @pytest.fixture(scope="session")
 def perf_policy():
-    """Repetitions for one device measurement: 3 warm-ups, 5 to 200 repetitions, ~1 s (KDTR_PERF_BUDGET_S)."""
+    """Repetitions for one device measurement: 3 warm-ups, 5 to 200 repetitions, ~1 s (KDTREE_PERF_BUDGET_S)."""
     return timing.policy_from_env()
 
 

@@ -3,6 +3,8 @@
 # compute-sanitizer, the perf stages (each one pytest run that fits in 10 minutes on an H200), the regression
 # gate's planted-slowdown and planted-fallback checks, the comparison with a stored baseline, and the benchmark report.
 # Usage: tools/gpu_suite.sh OUT [stages...]
+# OUT: a folder under the ignored runs/ (e.g. runs/h200-$(date +%F)); to commit a run, copy its summary into
+#   reports/<device>/<date>/ (reports/README.md).
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
 #           gate_fallback baseline report scaling engine_cuda tb_dev perf_verify_peers
 #   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells
@@ -12,7 +14,7 @@
 #   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: `python -m lab.tree_build_dev` fallbacks and time (every tree_build design side by side, bit-checked)
-#   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc; KDTR_ENGINE_PREBUILT=1 takes build/engine as it is),
+#   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc; KDTREE_ENGINE_PREBUILT=1 takes build/engine as it is),
 #           then runs every op clause with
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
 #           tests (conformance/test_engine_cuda.py, test_decode_ties.py) and tools/engine_numbers.py for both
@@ -20,8 +22,8 @@
 #   aliases: perf = the four perf_* stages, gate, gate_fallback and report; all (default) = conformance mutants
 #            sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
-#   baseline: compares OUT/perf-*.json with KDTR_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
-# Env: PYTHON (python3), KDTR_PERF_QUICK=1 (reduced grids), KDTR_STAGE_TIMEOUT (570 s per pytest run).
+#   baseline: compares OUT/perf-*.json with KDTREE_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
+# Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run).
 # OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
@@ -39,10 +41,11 @@ for s in "$@"; do case $s in
   *) STAGES+=("$s") ;;
 esac; done
 PY=${PYTHON:-python3}
-LIMIT=${KDTR_STAGE_TIMEOUT:-570}
+"$PY" -m harness.env_names || exit 2  # a variable still under its old KDTR_ name
+LIMIT=${KDTREE_STAGE_TIMEOUT:-570}
 mkdir -p "$OUT/logs"
 [ -f "$OUT/logs.tar.gz" ] && tar -xzf "$OUT/logs.tar.gz" -C "$OUT"  # a later call adds to the same logs
-export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$OUT/.cache}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 status=0
@@ -91,7 +94,7 @@ stage_sanitizer() {
 }
 stage_engine_cuda() {
   local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  if [ -n "${KDTR_ENGINE_PREBUILT:-}" ]; then  # an engine built elsewhere with -DKDTREE_CUDA=ON (nvcc needs no GPU)
+  if [ -n "${KDTREE_ENGINE_PREBUILT:-}" ]; then  # an engine built elsewhere with -DKDTREE_CUDA=ON (nvcc needs no GPU)
     run engine_cuda_build build/engine/kdtree-engine variants || return
   else run engine_cuda_build bash -c "cmake -S engine -B build/engine -DCMAKE_BUILD_TYPE=Release -DKDTREE_CUDA=ON \
       -DCMAKE_CUDA_COMPILER=$nvcc && cmake --build build/engine -j $(nproc) && build/engine/kdtree-engine variants" \
@@ -119,18 +122,18 @@ for stage in "${STAGES[@]}"; do case $stage in
     stage_conformance & stage_mutants & stage_sanitizer & wait
     grep -qE ': rc=[1-9]' "$OUT/summary.txt" && status=1 ;;
   perf_build)  # the C++ builder (libkdtree_cpu.so) is a comparator: built first where missing (a bare runner);
-    # 0.3 s per measurement keeps the stage near 5 minutes on an H200 (KDTR_PERF_BUDGET_S overrides)
-    engine_dir=${KDTR_BUILD_DIR:-build}/engine  # where harness.tools looks for the library
+    # 0.3 s per measurement keeps the stage near 5 minutes on an H200 (KDTREE_PERF_BUDGET_S overrides)
+    engine_dir=${KDTREE_BUILD_DIR:-build}/engine  # where harness.tools looks for the library
     if [ ! -f "$engine_dir/libkdtree_cpu.so" ]; then
       run engine_configure cmake -S engine -B "$engine_dir" -DCMAKE_BUILD_TYPE=Release &&
         run engine_build cmake --build "$engine_dir" -j "$(nproc)" --target kdtree_cpu
     fi
-    KDTR_PERF_BUDGET_S=${KDTR_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-build.json" --perf-stage build \
+    KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-build.json" --perf-stage build \
         --require-gpu ;;
   perf_verify_h64|perf_verify_h128|perf_verify_sweep)
     perf_run "$stage" "$OUT/${stage/perf_/perf-}.json" --perf-stage "${stage#perf_}" --require-gpu ;;
   perf_verify_peers)  # 90 shapes x (kernel variants + 3 peers): 0.3 s per measurement to fit the window
-    KDTR_PERF_BUDGET_S=${KDTR_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-verify_peers.json" \
+    KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-verify_peers.json" \
         --perf-stage verify_peers --require-gpu ;;
   gate)  # three reruns and one planted slowdown of the gate's cases; the gate must pass the rerun, fail the slowdown
     for r in a b c; do
@@ -165,12 +168,12 @@ for stage in "${STAGES[@]}"; do case $stage in
     [ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1 ;;
   tb_dev)  # tree_build designs side by side, and how often the select variants replay (lab/PERF_NOTES.md)
     run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev fallbacks --json "$OUT/tb-fallbacks.json"
-    run tb_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev time ${KDTR_PERF_QUICK:+--quick} \
+    run tb_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev time ${KDTREE_PERF_QUICK:+--quick} \
         --json "$OUT/tb-designs.json" ;;
   baseline)  # the CI gate: this run's perf files against stored ones from the same kind of GPU
-    if [ -z "${KDTR_PERF_BASELINE:-}" ]; then summary "baseline: skipped (KDTR_PERF_BASELINE not set)"; continue; fi
+    if [ -z "${KDTREE_PERF_BASELINE:-}" ]; then summary "baseline: skipped (KDTREE_PERF_BASELINE not set)"; continue; fi
     cal=(); [ -f "$OUT/gate-calibration.json" ] && cal=(--calibration "$OUT/gate-calibration.json")
-    for base in "$KDTR_PERF_BASELINE"/perf-*.json; do
+    for base in "$KDTREE_PERF_BASELINE"/perf-*.json; do
       [ -f "$base" ] && [ -f "$OUT/$(basename "$base")" ] || continue
       name=baseline_$(basename "$base" .json)
       "$PY" -m tools.perf_gate compare "$base" "$OUT/$(basename "$base")" "${cal[@]}" > "$OUT/logs/$name.txt" 2>&1
@@ -186,7 +189,7 @@ for stage in "${STAGES[@]}"; do case $stage in
     if [ "$NGPU" -lt 2 ]; then summary "scaling: skipped, $NGPU GPU(s)"; continue; fi
     for gpus in "0" "$(seq -s, 0 $((NGPU - 1)))"; do
       t0=$SECONDS
-      KDTR_GPUS=$gpus run "scaling_gpus_${gpus//,/_}" "$PY" -m pytest conformance --impl cuda --require-gpu -n "$NGPU" -q \
+      KDTREE_GPUS=$gpus run "scaling_gpus_${gpus//,/_}" "$PY" -m pytest conformance --impl cuda --require-gpu -n "$NGPU" -q \
           -p no:cacheprovider --report-dir "$OUT/logs/scaling_${gpus//,/_}"
       summary "scaling: $NGPU workers on GPUs {$gpus}: $((SECONDS - t0)) s wall"
     done ;;

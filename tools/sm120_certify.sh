@@ -4,6 +4,8 @@
 # and the benchmarks beside the variants they mirror; then the short table of tools/sm120_summary.py.
 # Usage: tools/sm120_certify.sh OUT [stages...]   (stages: check mutants_tb perf summary; default all, in order;
 #        each of check, mutants_tb and perf fits 10 minutes on an H200, so they may be run one per call into OUT)
+# OUT: a folder under the ignored runs/ (e.g. runs/h200-sm120-$(date +%F)); to commit a run, copy its summary into
+#   reports/<device>/<date>/ (reports/README.md).
 #   check:      the twins' conformance (+ the device's arch-limit row and query-kernel geometry), the tree_verify
 #               kernel mutants (k_tv_*: on portable and portable_99k together, then on the twin alone), compute-sanitizer (four tools) on
 #               portable_99k's sanitize cases and on the tree_build twins' conformance tests, side by side
@@ -11,15 +13,16 @@
 #               (those whose machine code the patch changes: meta/test_kernel_mutants.py)
 #   perf:       the quick perf grid without comparators, every variant (twins beside their bases) -> OUT/perf-sm120.json
 #   summary:    tools/sm120_summary.py OUT (exit 1 if a row failed, a mutant survived or a sanitizer run failed)
-# Env: PYTHON (python3), JOBS (6), KDTR_STAGE_TIMEOUT (540 s per run).
+# Env: PYTHON (python3), JOBS (6), KDTREE_STAGE_TIMEOUT (540 s per run).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/sm120_certify.sh OUT [stages]}; shift
 STAGES=${*:-check mutants_tb perf summary}
 PY=${PYTHON:-python3}
-LIMIT=${KDTR_STAGE_TIMEOUT:-540}
+"$PY" -m harness.env_names || exit 2  # a variable still under its old KDTR_ name
+LIMIT=${KDTREE_STAGE_TIMEOUT:-540}
 mkdir -p "$OUT/logs"
-export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTR_CACHE_DIR=${KDTR_CACHE_DIR:-$OUT/.cache}
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$OUT/.cache}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 TWINS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.sm120_twins()))')
 TB_TWINS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.sm120_twins("tree_build")))')

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kdtree/format.hpp"
+#include "kdtree/error_text.hpp"
 
 namespace kdtree {
 

@@ -6,7 +6,7 @@
 #include "kdtree/bf16.hpp"
 #include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
-#include "kdtree/format.hpp"
+#include "kdtree/error_text.hpp"
 #include "kdtree/tree_accept.hpp"
 #include "kdtree/tree_build.hpp"
 #include "kdtree/tree_verify.hpp"

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "kdtree/format.hpp"
+#include "kdtree/error_text.hpp"
 
 namespace kdtree {
 

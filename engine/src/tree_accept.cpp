@@ -8,7 +8,7 @@
 
 #include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
-#include "kdtree/format.hpp"
+#include "kdtree/error_text.hpp"
 #include "kdtree/paged.hpp"
 #include "kdtree/threads.hpp"
 

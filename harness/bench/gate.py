@@ -27,7 +27,9 @@ import pathlib
 from . import record
 
 MIN_FLOOR = 0.02
-DEFAULT_FLOOR = 0.05  # without a calibration: H200 kernel medians repeated within 1 % (reports/h200-2026-12-02)
+# without a calibration: H200 kernel medians repeated within 1 % (run h200-2026-12-02, removed from the tree:
+# `git show d10a513:reports/h200-2026-12-02/README.md`)
+DEFAULT_FLOOR = 0.05
 SPREAD_FACTOR = 2.0
 
 

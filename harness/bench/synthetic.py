@@ -1,12 +1,12 @@
 """Synthetic benchmark runs, for the tests of the report, the plots and the gate (never a reported result).
 
 A run has the JSON layout `pytest perf --benchmark-json` writes, with every op's GPU cases: tree_build and
-tree_accept kernel medians and the Python heapq times from the 2026-12-02 H200 run (reports/h200-2026-12-02,
-hot-L2 method), tree_verify times made up from a roofline at fixed efficiencies, torch comparators a fixed
-factor slower (out of memory past a size). `noise` scales every time by a random factor, `slow_us` adds a
-fixed delay to the tree_build kernel (the gate's planted slowdown), `fallback` gives the tree_build cases a select
-variant's fallback record with that share of the drafter family's requests replayed (the fallback gate's planted
-build: 1.0).
+tree_accept kernel medians and the Python heapq times from the 2026-12-02 H200 run (h200-2026-12-02, hot-L2 method;
+removed from the tree: `git show d10a513:reports/h200-2026-12-02/README.md`), tree_verify times made up from a
+roofline at fixed efficiencies, torch comparators a fixed factor slower (out of memory past a size). `noise` scales
+every time by a random factor, `slow_us` adds a fixed delay to the tree_build kernel (the gate's planted slowdown),
+`fallback` gives the tree_build cases a select variant's fallback record with that share of the drafter family's
+requests replayed (the fallback gate's planted build: 1.0).
 """
 
 from __future__ import annotations
