@@ -383,32 +383,32 @@ MUTANTS = {
         ),
     ),
     # draft_topk
-    "dt_ties_higher_id": (
+    "topk_ties_higher_id": (
         "draft_topk",
         "tied logits ranked by the higher token id",
         lambda: _set(dt, "ranked", _ranked_higher_id_first),
     ),
-    "dt_kth_tie_by_arrival": (
+    "topk_kth_tie_by_arrival": (
         "draft_topk",
         "the K-th place's ties kept in a strided scan's arrival order, not the lowest ids",
         lambda: _set(dt, "ranked", _ranked_kth_tie_by_arrival),
     ),
-    "dt_lse_truncated_row": (
+    "topk_lse_truncated_row": (
         "draft_topk",
         "the log-sum-exp over the row without its last logit",
         lambda: _set(dt, "row_lse", _lse_truncated(dt.row_lse)),
     ),
-    "dt_neg_inf_counted": (
+    "topk_neg_inf_counted": (
         "draft_topk",
         "-inf counted as a value (the lowest finite float32)",
         lambda: _set(dt, "topk_row", _neg_inf_as_lowest(dt.topk_row)),
     ),
-    "dt_nan_let_through": (
+    "topk_nan_let_through": (
         "draft_topk",
         "NaN logits not refused",
         lambda: _check_lets_through(float("nan")),
     ),
-    "dt_plus_inf_let_through": (
+    "topk_plus_inf_let_through": (
         "draft_topk",
         "+inf logits not refused",
         lambda: _check_lets_through(float("inf")),
