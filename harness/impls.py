@@ -55,6 +55,8 @@ class Impl:
         if self.why_not:
             raise Unavailable(f"{self.name}: {self.why_not}")
         if slug not in self.loaders:
+            if self.variant is None and slug in NO_CUDA_KERNEL:
+                raise Unavailable(f"{self.name} has no {slug}: its CUDA kernel is not written yet (issue 32)")
             raise Unavailable(f"{self.name} has no {slug} kernel (it is a variant of {', '.join(self.loaders)})")
         mine = {k: v for k, v in knobs.items() if k in self.knobs.get(slug, ()) and v is not None}
         return self.loaders[slug](**mine)
