@@ -109,6 +109,11 @@ def example_op_files() -> dict[str, bytes]:
     acc["kv_cache"] = acc["kv_cache"][:, :1].copy()
     acc["block_table"] = np.array([[2, 0, 1, 2, 0, 1]], np.int32)
     files["accept1.kdtr"] = kdtr.dumps(acc, {"op": "tree_accept"})
+    rng = np.random.default_rng(5)
+    for s, dt in enumerate((np.float32, np.float16, ml_dtypes.bfloat16)):
+        x = (rng.standard_normal((1 + s, 2, 9)) * 3).astype(np.float32)
+        x[0, 0, :4] = -np.inf
+        files[f"topk{s}.kdtr"] = kdtr.dumps({"logits": x.astype(dt), "K": np.array(5, np.int32)}, {"op": "draft_topk"})
     return files
 
 
@@ -347,6 +352,7 @@ VALID_INPUTS = {
     "tree_build": build_inputs,
     "tree_verify": lambda: verify_inputs(Q=5, prefix=(5, 2)),
     "tree_accept": lambda: accept_inputs(commit=True),
+    "draft_topk": lambda: {"logits": np.zeros((2, 3, 8), np.float32), "K": np.array(4, np.int32)},
 }
 
 

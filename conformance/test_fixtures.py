@@ -73,6 +73,23 @@ def test_tree_verify_fixture(impl, path):
         assert_close(actual, want[name].astype(np.float64), what=name, spec_id="TV.3.4", **tol)
 
 
+@pytest.mark.spec("DT.4.3")
+@pytest.mark.parametrize("path", _files("draft_topk"), ids=lambda p: p.stem)
+def test_draft_topk_fixture(impl, path):
+    from harness import topk
+
+    f = kdtr.load(path)
+    case = fixture_case(f)
+    got = run(impl, case)
+    want = expected(f)
+    ctx = {"fixture": path.name}
+    assert_bit_exact(got.top_ids, want["top_ids"], what="top_ids", spec_id="DT.4.3", context=ctx)
+    if impl.name == f.metadata["generator"]:  # the implementation that made them: bit for bit
+        assert_bit_exact(got.top_logp, want["top_logp"], what="top_logp", spec_id="DT.4.3", context=ctx)
+    else:
+        topk.assert_log_probs(got.top_logp, want["top_logp"].astype(np.float64), case.logits.shape[2], ctx)
+
+
 @pytest.mark.spec("TB.3.2", "TB.3.3", "TA.2.3")
 def test_sgl_kernel_golden_values():
     """The adapted sgl-kernel cases carry sgl-kernel's own expected numbers (not only ours)."""
@@ -86,7 +103,7 @@ def test_sgl_kernel_golden_values():
     assert a["out.bonus"].tolist() == [18, 18]
 
 
-@pytest.mark.spec("TB.4.3", "TA.4.2", "TV.3.4")
+@pytest.mark.spec("TB.4.3", "TA.4.2", "TV.3.4", "DT.4.3")
 def test_fixtures_are_current():
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
     assert manifest["source_hash"] == gen_fixtures.source_hash(), (

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from . import limits
 from .checks import BF16, ArrayInfo, InputError
+from .draft_topk import CONTRACT as DRAFT_TOPK
+from .draft_topk import TopK
 from .op import Checked, OpContract
 from .tree_accept import CONTRACT as TREE_ACCEPT
 from .tree_accept import Accept
@@ -17,10 +19,11 @@ from .tree_build import Tree, full_mask_bytes
 from .tree_verify import CONTRACT as TREE_VERIFY
 from .tree_verify import Verified
 
-OPS: dict[str, OpContract] = {c.slug: c for c in (TREE_BUILD, TREE_VERIFY, TREE_ACCEPT)}
+OPS: dict[str, OpContract] = {c.slug: c for c in (TREE_BUILD, TREE_VERIFY, TREE_ACCEPT, DRAFT_TOPK)}
 
 __all__ = [
     "BF16",
+    "DRAFT_TOPK",
     "OPS",
     "TREE_ACCEPT",
     "TREE_BUILD",
@@ -30,6 +33,7 @@ __all__ = [
     "Checked",
     "InputError",
     "OpContract",
+    "TopK",
     "Tree",
     "Verified",
     "full_mask_bytes",

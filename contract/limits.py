@@ -13,6 +13,8 @@ MAX_BATCH = 1024
 MAX_BUDGET = 1024
 MAX_DEPTH = 32
 MAX_TOPK = 1024
+# Vocabulary of draft_topk's logits rows (Kimi-K2 163,840, DeepSeek-V3 129,280, Qwen 151,936; room above).
+MAX_VOCAB = 262_144
 # Tree width D = 1 + B (the root counts), also tree_verify's query count Q.
 MAX_TREE = 1 + MAX_BUDGET
 # Context: prefix_len + tree width, Kimi-K2's 256K window. Positions and page arithmetic fit int32 with room.

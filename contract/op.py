@@ -57,6 +57,8 @@ class Arg:
 # past it. A new kind needs a generator there; a new check of a known kind needs one Bound here.
 BOUND_KINDS = {
     "no_nan": "no element is NaN (-inf is allowed)",
+    "no_plus_inf": "no element is +inf (the dtype's largest finite value and -inf are allowed)",
+    "at_most_dim": "the int argument is at most the shape symbol `dim` bound by the arrays (K <= V)",
     "at_most": "every element <= value (a value the dtype cannot exceed is a limit the dtype keeps)",
     "at_least": "every element >= value",
     "non_increasing": "every row along the last axis is non-increasing (ties allowed)",
@@ -78,10 +80,11 @@ BOUND_KINDS = {
 class Bound:
     """One value check of `check_values`, described so that its edge can be generated: `name` (unique within
     the op; the generated cases are named after it), `arg` (the argument its error names), `kind` (one of
-    BOUND_KINDS), `clause` (the spec clause that states it), `value` (the bound of at_least / at_most) and
+    BOUND_KINDS), `clause` (the spec clause that states it), `value` (the bound of at_least / at_most),
     `rows` (the dimension whose rows follow each prefix, for context, pages_needed, page_index and
-    distinct_rows). Symbols' ranges, int arguments' ranges, dtypes, shapes and groups need no Bound: the
-    generator reads them from the arguments and symbols."""
+    distinct_rows) and `dim` (the symbol an at_most_dim argument must not exceed). Symbols' ranges, int
+    arguments' ranges, dtypes, shapes and groups need no Bound: the generator reads them from the arguments
+    and symbols."""
 
     name: str
     arg: str
@@ -89,6 +92,7 @@ class Bound:
     clause: str
     value: float | int | None = None
     rows: str | None = None
+    dim: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,7 +122,7 @@ def unpromised(caps_by_op: dict, clause_ids) -> str | None:
     """Why a test of these clauses is not claimed: a clause needs a promise some declared op does not make."""
     missing = []
     for cid in clause_ids:
-        op = {"TB": "tree_build", "TV": "tree_verify", "TA": "tree_accept"}.get(cid.split(".")[0])
+        op = {"TB": "tree_build", "TV": "tree_verify", "TA": "tree_accept", "DT": "draft_topk"}.get(cid.split(".")[0])
         caps = caps_by_op.get(op)
         if caps is None:
             continue

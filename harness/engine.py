@@ -152,6 +152,6 @@ def function(slug: str, device: str = "cpu"):
 
 
 def ops() -> dict:
-    """The three ops by slug (tools.ToolMissing when the engine is not built)."""
+    """The ops by slug (tools.ToolMissing when the engine is not built)."""
     tools.binary("kdtree-engine")
     return {slug: function(slug) for slug in contract.OPS}

@@ -18,6 +18,7 @@ import numpy as np
 
 import contract
 import kdtr
+from reference.draft_topk import draft_topk
 from reference.tree_accept import tree_accept
 from reference.tree_build import layouts, tree_build
 from reference.tree_verify import tree_verify
@@ -31,11 +32,13 @@ SOURCES = [
     "reference/tree_build.py",
     "reference/tree_accept.py",
     "reference/tree_verify.py",
+    "reference/draft_topk.py",
     "reference/numerics.py",
     "contract/op.py",
     "contract/tree_build.py",
     "contract/tree_accept.py",
     "contract/tree_verify.py",
+    "contract/draft_topk.py",
     "harness/strategies.py",
     "kdtr/format.py",
     "kdtr/writer.py",
@@ -177,8 +180,33 @@ def _tv(dtype):
     yield _fixture("tree_verify", name, "TV.3.4", "H=2, page 8, NaN-poisoned spare rows", args, tree_verify)
 
 
+def draft_topk_cases():
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(20261205)
+    for case, (bs, L, V, K, dtype, style) in {
+        "bf16_ties": (2, 3, 500, 16, bf16, "normal"),
+        "fp32_inf_tails": (3, 2, 40, 8, np.float32, "inf_tail"),
+        "fp16_all_inf_rows": (2, 3, 24, 6, np.float16, "all_inf"),
+        "fp16_signed_zeros_k_eq_v": (1, 2, 16, 16, np.float16, "signed_zeros"),
+        "fp32_near_max": (2, 2, 12, 12, np.float32, "huge"),
+        "bf16_one_finite": (2, 2, 64, 4, bf16, "one_finite"),
+        "kimi_vocab_bf16": (1, 1, 163_840, 64, bf16, "normal"),
+    }.items():
+        logits = hh.logit_rows(rng, (bs, L, V), dtype, style)
+        yield _fixture(
+            "draft_topk",
+            case,
+            "DT.4.3",
+            f"bs={bs} L={L} V={V} K={K} {np.dtype(dtype).name} logits, style {style}",
+            {"logits": logits, "K": K},
+            draft_topk,
+        )
+
+
 def generate():
-    for gen in (tree_build_cases, tree_accept_cases, tree_verify_cases):
+    for gen in (tree_build_cases, tree_accept_cases, tree_verify_cases, draft_topk_cases):
         yield from gen()
 
 

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 import contract.op
-from contract import BF16, TREE_VERIFY, Verified, limits, paged
+from contract import BF16, DRAFT_TOPK, TREE_VERIFY, Verified, limits, paged
+from reference import draft_topk as dt
 from reference import tree_accept as ta
 from reference import tree_build as tb
 from reference import tree_verify as tv
@@ -186,6 +187,52 @@ def _integer_hi_plus_one(orig, arg):
     return integer
 
 
+# --- draft_topk -------------------------------------------------------------------------------------------------
+def _ranked_higher_id_first(x, K):
+    """Ties broken by the higher token id (a descending sort of the reversed row)."""
+    V = len(x)
+    return (V - 1 - np.argsort(-x[::-1], kind="stable"))[:K]
+
+
+def _ranked_kth_tie_by_arrival(x, K):
+    """Everything above the K-th logit, then the K-th place's ties in the order a 32-lane strided scan meets
+    them (lane v % 32 first, then v // 32), as a parallel selection that keeps whichever tied token arrives
+    first; the chosen K sorted by (logit descending, id ascending) afterwards."""
+    order = np.argsort(-x, kind="stable")
+    kth = x[order[K - 1]]
+    above = order[: int((x > kth).sum())]
+    tied = np.flatnonzero(x == kth)
+    arrived = tied[np.lexsort((tied // 32, tied % 32))]
+    chosen = np.concatenate([above, arrived[: K - len(above)]])
+    return chosen[np.lexsort((chosen, -x[chosen]))]
+
+
+def _lse_truncated(orig):
+    def row_lse(x):  # the row's last logit left out of the max and the sum (a dropped tail block)
+        return orig(x[:-1]) if len(x) > 1 else orig(x)
+
+    return row_lse
+
+
+def _neg_inf_as_lowest(orig):
+    def topk_row(x, K):  # -inf read as the lowest finite float32 value: a masked token is counted as a value
+        return orig(np.where(x == -np.inf, -float(np.finfo(np.float32).max), x), K)
+
+    return topk_row
+
+
+def _check_lets_through(value):
+    """draft_topk's contract check with `value` (NaN or +inf) replaced by 0 before it looks: let through."""
+    orig = DRAFT_TOPK.check_values
+
+    def check_values(a, dims):
+        x = a["logits"].astype(np.float64)
+        hide = np.isnan(x) if value != value else (x == value)
+        return orig({**a, "logits": np.where(hide, 0.0, x)}, dims)
+
+    object.__setattr__(DRAFT_TOPK, "check_values", check_values)
+
+
 MUTANTS = {
     # tree_build: algorithm
     "tb_ties_reversed": (
@@ -334,6 +381,37 @@ MUTANTS = {
                 1
             ],
         ),
+    ),
+    # draft_topk
+    "topk_ties_higher_id": (
+        "draft_topk",
+        "tied logits ranked by the higher token id",
+        lambda: _set(dt, "ranked", _ranked_higher_id_first),
+    ),
+    "topk_kth_tie_by_arrival": (
+        "draft_topk",
+        "the K-th place's ties kept in a strided scan's arrival order, not the lowest ids",
+        lambda: _set(dt, "ranked", _ranked_kth_tie_by_arrival),
+    ),
+    "topk_lse_truncated_row": (
+        "draft_topk",
+        "the log-sum-exp over the row without its last logit",
+        lambda: _set(dt, "row_lse", _lse_truncated(dt.row_lse)),
+    ),
+    "topk_neg_inf_counted": (
+        "draft_topk",
+        "-inf counted as a value (the lowest finite float32)",
+        lambda: _set(dt, "topk_row", _neg_inf_as_lowest(dt.topk_row)),
+    ),
+    "topk_nan_let_through": (
+        "draft_topk",
+        "NaN logits not refused",
+        lambda: _check_lets_through(float("nan")),
+    ),
+    "topk_plus_inf_let_through": (
+        "draft_topk",
+        "+inf logits not refused",
+        lambda: _check_lets_through(float("inf")),
     ),
     # the contracts' checks off their edge: every implementation validates with them
     "edge_page_index_off_by_one": (

@@ -155,6 +155,62 @@ def select_fallback_cases() -> dict[str, Case]:
     }
 
 
+# ------------------------------------------------------------------------------------------- draft_topk
+LOGIT_DTYPES = (ml_dtypes.bfloat16, np.float16, np.float32)
+# How a row's logits are drawn: each style hunts one boundary of spec/draft_topk.md (ties in the dtype, ±0.0,
+# -inf tails shorter and longer than K, rows of -inf only, values at the dtype's largest, one finite logit).
+LOGIT_STYLES = ("normal", "ties", "signed_zeros", "inf_tail", "all_inf", "huge", "one_finite")
+
+
+def dtype_max(dtype) -> float:
+    """The dtype's largest finite value (bf16's from ml_dtypes)."""
+    dt = np.dtype(dtype)
+    return float(ml_dtypes.finfo(dt).max) if dt.name == "bfloat16" else float(np.finfo(dt).max)
+
+
+def logit_rows(rng: np.random.Generator, shape, dtype, style: str) -> np.ndarray:
+    """Logits [bs, L, V] in `dtype` drawn by `style` (LOGIT_STYLES), every row on its own."""
+    V = shape[-1]
+    big = dtype_max(dtype)
+    x = rng.standard_normal(shape) * 4
+    if style == "ties":  # a few values only: long runs of equal logits, in every dtype
+        x = rng.integers(-2, 3, shape) * 0.5
+    elif style == "signed_zeros":
+        x = np.where(rng.random(shape) < 0.5, -0.0, 0.0) - (rng.random(shape) < 0.2)
+    elif style == "inf_tail":  # per row: finite logits at a random count 0..V of random places
+        keep = rng.integers(0, V + 1, shape[:-1])
+        ranks = np.argsort(rng.random(shape), axis=-1)
+        x = np.where(ranks < keep[..., None], x, -np.inf)
+    elif style == "all_inf":  # rows of -inf only beside ordinary ones
+        x = np.where(rng.random(shape[:-1] + (1,)) < 0.5, -np.inf, x)
+    elif style == "huge":  # the dtype's largest values and their halves, both signs, beside small ones
+        x = rng.choice([big, -big, big / 2, -big / 2, 1.0, 0.0, -np.inf], shape)
+    elif style == "one_finite":  # one finite logit per row, anywhere in the dtype's range, -inf elsewhere
+        x = np.full(shape, -np.inf)
+        where = rng.integers(0, V, shape[:-1])
+        np.put_along_axis(x, where[..., None], rng.uniform(-big, big, shape[:-1] + (1,)), axis=-1)
+    with np.errstate(over="ignore"):
+        return np.asarray(x, np.float64).astype(np.float32).astype(dtype)
+
+
+@st.composite
+def logits_cases(draw, max_bs=3, max_L=3, max_V=300):
+    """draft_topk cases: a dtype, a style (LOGIT_STYLES), V from 1 (with K = V and K = 1 common), a seed."""
+    dtype = draw(st.sampled_from(LOGIT_DTYPES), label="dtype")
+    style = draw(st.sampled_from(LOGIT_STYLES), label="style")
+    bs = draw(st.integers(1, max_bs), label="bs")
+    L = draw(st.integers(0, max_L), label="L")
+    V = draw(st.one_of(st.sampled_from([1, 2, 3, 8, 33]), st.integers(1, max_V)), label="V")
+    K = draw(st.one_of(st.sampled_from([1, V]), st.integers(1, min(V, 64))), label="K")
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
+    return topk_logits_case(logit_rows(rng, (bs, L, V), dtype, style), K)
+
+
+def topk_logits_case(logits, K) -> Case:
+    """A draft_topk case from its arguments (the contract's names)."""
+    return Case("draft_topk", {"logits": logits, "K": K})
+
+
 # ------------------------------------------------------------------------------------------- trees
 @st.composite
 def parent_arrays(draw, min_nodes=1, max_nodes=40):

@@ -140,7 +140,12 @@ def test_report_keeps_not_claimed_apart():
 
 
 # --- the example package, for real --------------------------------------------------------------------------
-OP_FILES = ("conformance/test_tree_verify.py", "conformance/test_tree_build.py", "conformance/test_tree_accept.py")
+OP_FILES = (
+    "conformance/test_tree_verify.py",
+    "conformance/test_tree_build.py",
+    "conformance/test_tree_accept.py",
+    "conformance/test_draft_topk.py",
+)
 
 
 def _conformance(tmp_path, *impl_names, files=OP_FILES):
@@ -164,7 +169,9 @@ def test_example_package_right_certified_wrong_fails_by_clause(tmp_path):
     assert "TV.2.3" in wrong["fail"], "a base-2 lse must fail the natural-log clause"
     assert "TA.2.2" in wrong["fail"], "walking siblings last-to-first must fail 'first matching sibling wins'"
     assert "TB.2.2" in wrong["fail"], "ranking tied candidates by token id must fail the pop order"
-    assert {"TV.1.1", "TB.1.1", "TA.1.1"} <= set(wrong["pass"])  # its bad-input refusals are intact
+    assert "DT.2.1" in wrong["fail"], "tied logits to the higher token id must fail the draft_topk order"
+    assert {"DT.2.1", "DT.2.4", "DT.3.2"} <= set(right["pass"])
+    assert {"TV.1.1", "TB.1.1", "TA.1.1", "DT.1.1"} <= set(wrong["pass"])  # its bad-input refusals are intact
     assert {"TV.2.2", "TV.2.9"} <= set(wrong["not claimed"])
 
 

@@ -13,7 +13,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = {"contract", "reference", "kernels_cu", "harness", "kdtr", "engine", "tools", "perf", "conformance", "meta"}
 PROJECT |= {"adapters", "lab"}
-OPS = ("tree_build", "tree_verify", "tree_accept")
+OPS = ("tree_build", "tree_verify", "tree_accept", "draft_topk")
 
 # package -> project packages it may import
 ALLOWED = {

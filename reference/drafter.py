@@ -6,8 +6,11 @@ distribution after the root, so an unperturbed drafter would always be right). I
 
     z_d[v] = t_d[v] / temperature + noise · n(seed, P, d, v)            (float64)
 
-with n a counter-based approximately-normal variate (below), turns z_d into float64 log-probs, and keeps
-the top K by (log-prob descending, token id ascending) as float32: tree_build's `top_logp`, `top_ids`.
+with n a counter-based approximately-normal variate (below), rounds z_d to float32, and keeps its top K
+with the draft_topk op (reference/draft_topk.py): ranked by (logit descending, token id ascending), log-probs
+z − logsumexp(z) rounded to float32: tree_build's `top_logp`, `top_ids`. The ranking is by logit, as the op's
+must be (spec/draft_topk.md DT.2.5); the engine's drafter calls the engine's draft_topk on the same float32
+logits.
 Larger `noise` moves the target's greedy token off rank 0 more often: acceptance becomes partial and the
 accepted path leaves the first-ranked branch, while lower noise makes the tree a deep chain. As with a
 block-diffusion drafter, depth d's candidates do not depend on which branch a tree node is on.
@@ -19,6 +22,8 @@ and four 53-bit uniforms, summed in this order in float64 (an Irwin-Hall variate
 from __future__ import annotations
 
 import numpy as np
+
+from .draft_topk import draft_topk as _draft_topk_op
 
 MASK = (1 << 64) - 1
 SQRT3 = 1.7320508075688772  # the float64 nearest sqrt(3), written out so both languages use these bits
@@ -50,12 +55,8 @@ def draft_topk(logits: np.ndarray, P: int, K: int, *, seed: int, noise_scale: fl
     """Target logits [L, V] (depths 1..L of the greedy continuation from the root at position P) ->
     (top_logp float32 [L, K], top_ids int32 [L, K])."""
     L, V = logits.shape
-    lp = np.empty((L, K), np.float32)
-    ids = np.empty((L, K), np.int32)
+    z = np.empty((1, L, V), np.float32)
     for d in range(1, L + 1):
-        z = logits[d - 1].astype(np.float64) / temperature + noise_scale * noise(seed, P, d, V)
-        m = z.max()
-        logp = z - (m + np.log(np.sum(np.exp(z - m))))
-        order = np.argsort(-logp, kind="stable")[:K]
-        lp[d - 1], ids[d - 1] = logp[order].astype(np.float32), order
-    return lp, ids
+        z[0, d - 1] = logits[d - 1].astype(np.float64) / temperature + noise_scale * noise(seed, P, d, V)
+    top = _draft_topk_op(z, K)
+    return top.top_logp[0], top.top_ids[0]

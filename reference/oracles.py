@@ -7,11 +7,14 @@
 - `ancestor_closure`: visibility as a dense bool matrix from parents.
 - `non_absorbed_attention`: MLA with W_UK/W_UV expanded per head, in float64.
 - `chain_attention`: one query over an explicit ordered key list (the branch-decomposition oracle).
+- `topk_log_probs`: draft_topk by a Python sort of (-logit, id) pairs and an exactly summed (math.fsum)
+  log-sum-exp, log-probs in float64 (not rounded to float32).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -106,3 +109,22 @@ def chain_attention(q_row, keys, scale):
     e = np.exp(s - m)
     l = e.sum(axis=1, keepdims=True)
     return (e / l) @ k[:, :512], (m + np.log(l))[:, 0]
+
+
+def topk_log_probs(logits: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray]:
+    """float64 log-probs [bs, L, K] and int64 ids [bs, L, K] of logits [bs, L, V] (any float dtype): each row's
+    ids sorted by the pair (-logit, id) in Python (-0.0 == 0.0 there), the log-sum-exp m + log(fsum(exp(x - m)))
+    with m the row's largest logit; -inf logits give -inf, an all -inf row gives -inf throughout."""
+    x = np.asarray(logits).astype(np.float64)
+    bs, L, _V = x.shape
+    lp = np.empty((bs, L, K))
+    ids = np.empty((bs, L, K), np.int64)
+    for b in range(bs):
+        for d in range(L):
+            row = [float(v) for v in x[b, d]]
+            order = sorted(range(len(row)), key=lambda v: (-row[v], v))[:K]
+            m = max(row)
+            log_sum = 0.0 if m == NEG_INF else math.log(math.fsum(math.exp(v - m) for v in row))
+            ids[b, d] = order
+            lp[b, d] = [NEG_INF if m == NEG_INF or row[v] == NEG_INF else (row[v] - m) - log_sum for v in order]
+    return lp, ids

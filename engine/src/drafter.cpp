@@ -1,11 +1,10 @@
 // The test drafter (drafter.hpp); the arithmetic order follows reference/drafter.py exactly.
 #include "kdtree/drafter.hpp"
 
-#include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "kdtree/contract.hpp"
+#include "kdtree/draft_topk.hpp"
 
 namespace kdtree {
 namespace {
@@ -31,26 +30,13 @@ double draft_noise(uint64_t seed, int64_t P, int64_t d, int64_t v) {
 
 void draft_topk(const float* logits, int64_t L, int64_t V, int64_t P, int64_t K, const DraftParams& p, float* top_logp,
                 int32_t* top_ids) {
-  std::vector<double> z(sz(V));
-  std::vector<int32_t> order(sz(V));
+  // the perturbed logits in float64, rounded to float32, then the draft_topk op's CPU row (draft_topk.cpp)
+  std::vector<float> z(sz(V));
   for (int64_t d = 1; d <= L; ++d) {
     const float* t = logits + (d - 1) * V;
-    for (int64_t v = 0; v < V; ++v) z[sz(v)] = double(t[v]) / p.temperature + p.noise * draft_noise(p.seed, P, d, v);
-    const double m = *std::max_element(z.begin(), z.end());
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[sz(v)] - m);
-    const double lse = m + std::log(sum);
-    for (int64_t v = 0; v < V; ++v) {
-      z[sz(v)] = z[sz(v)] - lse;
-      order[sz(v)] = int32_t(v);
-    }
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&z](int32_t a, int32_t b) {
-      return z[sz(a)] > z[sz(b)] || (z[sz(a)] == z[sz(b)] && a < b);
-    });
-    for (int64_t k = 0; k < K; ++k) {
-      top_ids[(d - 1) * K + k] = order[sz(k)];
-      top_logp[(d - 1) * K + k] = float(z[sz(order[sz(k)])]);
-    }
+    for (int64_t v = 0; v < V; ++v)
+      z[sz(v)] = static_cast<float>(double(t[v]) / p.temperature + p.noise * draft_noise(p.seed, P, d, v));
+    draft_topk_row(z.data(), V, K, top_logp + (d - 1) * K, top_ids + (d - 1) * K);
   }
 }
 

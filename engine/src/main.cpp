@@ -25,7 +25,7 @@ const char* kOverview = R"(kdtree-engine: DDTree tree speculative decoding ops (
 usage: kdtree-engine SUBCOMMAND [options]      kdtree-engine SUBCOMMAND --help
 
 subcommands:
-  op OP --in IN.kdtr --out OUT.kdtr    run one op (tree_build, tree_verify or tree_accept) on an op file
+  op OP --in IN.kdtr --out OUT.kdtr    run one op (tree_build, tree_verify, tree_accept, draft_topk)
   batch [LIST]                         run many op files in one process (LIST or standard input)
   serve                                like batch on standard input, for a driving process
   decode --model M --prompt P ...      generate tokens with an MLA+MoE model, autoregressive or DDTree
@@ -39,7 +39,8 @@ Exit status: 0 success, 1 bad input data (the message names the file or tensor),
 
 const char* kOpHelp = R"(usage: kdtree-engine op OP --in IN.kdtr --out OUT.kdtr [--device cpu|cuda] [--variant V] [--threads N]
 
-Runs one op on the CPU, or with --device cuda on the GPU. OP is tree_build, tree_verify or tree_accept. IN holds the op's inputs as
+Runs one op on the CPU, or with --device cuda on the GPU. OP is tree_build, tree_verify, tree_accept or draft_topk
+(draft_topk: CPU only, its CUDA kernel is not written yet). IN holds the op's inputs as
 tensors named like its arguments (Python scalars as rank-0 tensors); OUT receives the result fields as
 tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
 
@@ -55,6 +56,8 @@ tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
                     and for the commit all of kv_cache f32|bf16 [pages,page_size,576], block_table, prefix_lens
                out: accept_len [bs], accept_path [bs,1+max_depth], emitted [bs,1+max_depth], bonus [bs],
                     new_lens [bs], and kv_cache (the committed cache) when one was given
+  draft_topk   in:  logits f32|f16|bf16 [bs,L,V], K i32 ()
+               out: top_logp f32 [bs,L,K], top_ids i32 [bs,L,K] (tree_build's top_logp and top_ids)
 
 Every input is validated first, by the contract's rules and in its order (the first error is the one the
 Python contract reports): dtypes and shapes, then the values. A bad one gets "TENSOR: problem" and exit
@@ -72,6 +75,7 @@ status 1, OUT untouched.
                incoming link per node, no root sibling) no deeper than max_depth; the commit needs
                kv_cache, block_table and prefix_lens together, every page in range, and the rows
                prefix_len .. prefix_len + D - 1 of all requests distinct physical cache rows
+  draft_topk   V @V@, K 1..@KMAX@ and K <= V; no logit NaN or +inf (-inf masks a token)
 --threads N: worker threads across requests (0 = one per core, the default; at most 256; CPU only).
 --device cuda runs the kernels of kernels_cu/ (compiled by nvcc with their build specs, kernels_cu/specs.py);
 --variant V picks one of OP's kernel variants (default: the first one built for this GPU). Compiled here:
@@ -89,7 +93,8 @@ std::string op_help() {
       {"@D@", range(1, kdtree::kMaxTree)},       {"@H@", range(1, kdtree::kMaxHeads)},
       {"@PS@", range(1, kdtree::kMaxPageSize)},  {"@ROWS@", std::to_string(kdtree::kMaxCacheRows)},
       {"@MP@", range(1, kdtree::kMaxContext)},   {"@CTX@", std::to_string(kdtree::kMaxContext)},
-      {"@FULL@", std::to_string(kdtree::kMaxFullMaskBytes)}};
+      {"@FULL@", std::to_string(kdtree::kMaxFullMaskBytes)},
+      {"@V@", range(1, kdtree::kMaxVocab)},      {"@KMAX@", std::to_string(kdtree::kMaxTopK)}};
   for (const auto& f : fill) s.replace(s.find(f.first), std::strlen(f.first), f.second);
   s.replace(s.find("@VARIANTS@"), 10, kdtree::cuda::describe_variants());
   return s;
@@ -155,11 +160,11 @@ std::unique_ptr<kdtree::OpBackend> backend(const kdtree::Options& o, int threads
 
 int cmd_op(int argc, char** argv) {
   kdtree::Options o(argc, argv, 2, {"--in", "--out", "--device", "--variant", "--threads"}, {});
-  if (o.positional().size() != 1) throw kdtree::UsageError("expected exactly one OP (tree_build, tree_verify, tree_accept)");
+  if (o.positional().size() != 1) throw kdtree::UsageError("expected exactly one OP (tree_build, tree_verify, tree_accept, draft_topk)");
   const std::string op = o.positional()[0];
   bool known = false;
   for (const auto& s : kdtree::op_slugs()) known = known || s == op;
-  if (!known) throw kdtree::UsageError("OP '" + op + "' is not one of tree_build, tree_verify, tree_accept");
+  if (!known) throw kdtree::UsageError("OP '" + op + "' is not one of tree_build, tree_verify, tree_accept, draft_topk");
   const int threads = int(o.integer("--threads", 0, kdtree::kMaxThreads, 0));
   const auto ops = backend(o, threads, op);
   kdtree::run_op_file(op, o.str("--in"), o.str("--out"), *ops);

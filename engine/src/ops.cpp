@@ -1,11 +1,12 @@
 // Op files in, op files out: the contract's structural pass (dtypes, ranks, shape symbols and their
 // ranges, scalars) in argument order, then the op's value checks in the contract's order and the op itself
-// (tree_build.cpp, tree_verify.cpp, tree_accept.cpp): the first error is the one the contract reports.
+// (tree_build.cpp, tree_verify.cpp, tree_accept.cpp, draft_topk.cpp): the first error is the one the contract reports.
 #include "kdtree/ops.hpp"
 
 #include "kdtree/bf16.hpp"
 #include "kdtree/checks.hpp"
 #include "kdtree/contract.hpp"
+#include "kdtree/draft_topk.hpp"
 #include "kdtree/error_text.hpp"
 #include "kdtree/tree_accept.hpp"
 #include "kdtree/tree_build.hpp"
@@ -178,16 +179,46 @@ TensorList op_tree_accept(Reader& r, const OpBackend& backend) {
   return out;
 }
 
+TensorList op_draft_topk(Reader& r, const OpBackend& backend) {
+  Shapes sh({sym::kBs, sym::kL, sym::kV});
+  const View x = sh.array(r, "logits", {kBF16, kF16, kF32}, {"bs", "L", "V"});
+  const int64_t K = r.integer("K", 1, kMaxTopK);
+  r.reject_unknown("an input of draft_topk");
+  const int64_t bs = sh["bs"], L = sh["L"], V = sh["V"];
+  std::vector<uint8_t> x_v(static_cast<size_t>(x.t->nbytes));
+  r.read(x, x_v.data());
+  DraftTopkArgs a;
+  a.logits = x_v.data();
+  a.dtype = x.t->dtype == kF32 ? LogitType::F32 : x.t->dtype == kF16 ? LogitType::F16 : LogitType::BF16;
+  a.bs = bs;
+  a.L = L;
+  a.V = V;
+  a.K = K;
+  validate_draft_topk(a);
+  std::vector<float> lp(sz(bs * L * K));
+  std::vector<int32_t> ids(lp.size());
+  backend.draft_topk(a, DraftTopkOut{lp.data(), ids.data()});
+  TensorList out;
+  out.add("top_logp", kF32, {bs, L, K}, lp);
+  out.add("top_ids", kI32, {bs, L, K}, ids);
+  return out;
+}
+
 }  // namespace
 
+void OpBackend::draft_topk(const DraftTopkArgs&, const DraftTopkOut&) const {
+  fail("op", "draft_topk has no kernel on this backend yet (the CPU backend runs it)");
+}
+
 const std::vector<std::string>& op_slugs() {
-  static const std::vector<std::string> slugs{"tree_build", "tree_verify", "tree_accept"};
+  static const std::vector<std::string> slugs{"tree_build", "tree_verify", "tree_accept", "draft_topk"};
   return slugs;
 }
 
 void CpuOps::tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const { kdtree::tree_build(a, o, threads_); }
 void CpuOps::tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& o) const { kdtree::tree_verify(a, o, threads_); }
 void CpuOps::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const { kdtree::tree_accept(a, o, threads_); }
+void CpuOps::draft_topk(const DraftTopkArgs& a, const DraftTopkOut& o) const { kdtree::draft_topk(a, o, threads_); }
 
 TensorList run_op(const std::string& op, const kdtr::File& in, int threads) { return run_op(op, in, CpuOps(threads)); }
 
@@ -199,7 +230,8 @@ TensorList run_op(const std::string& op, const kdtr::File& in, const OpBackend& 
   if (op == "tree_build") return op_tree_build(r, backend);
   if (op == "tree_verify") return op_tree_verify(r, backend);
   if (op == "tree_accept") return op_tree_accept(r, backend);
-  fail("op", "'" + op + "' is not one of tree_build, tree_verify, tree_accept");
+  if (op == "draft_topk") return op_draft_topk(r, backend);
+  fail("op", "'" + op + "' is not one of tree_build, tree_verify, tree_accept, draft_topk");
 }
 
 void run_op_file(const std::string& op, const std::string& in_path, const std::string& out_path,

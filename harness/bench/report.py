@@ -230,6 +230,29 @@ def tree_accept_section(cases) -> list[str]:
     return [*lines, ""]
 
 
+def draft_topk_section(cases) -> list[str]:
+    """The drafter's front end: the numpy reference on the CPU today (the CUDA kernel's grid comes with it)."""
+    rows = sorted(
+        (c for c in cases if c["op"] == "draft_topk"),
+        key=lambda c: (c["impl"], c["shape"]["V"], c["shape"]["L"], c["shape"]["K"]),
+    )
+    if not rows:
+        return []
+    lines = [
+        "## draft_topk",
+        "",
+        "| impl | bs | L | V | K | dtype | median µs (p10–p90) | logits GB/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in rows:
+        sh = c["shape"]
+        lines.append(
+            f"| {c['impl']} | {sh['bs']} | {sh['L']} | {sh['V']} | {sh['K']} | {sh['dtype']} | {fmt_time(c['time'])} | "
+            f"{fmt(c['gbs'])} |"
+        )
+    return [*lines, ""]
+
+
 PEERS = ("flashmla", "flashinfer_mla", "flashinfer_mla_fa2", "flashmla_cascade", "flashinfer_mla_cascade")
 
 
@@ -510,6 +533,7 @@ def render(run: dict, *, command: str, plots: dict | None = None, assumptions: e
     lines = header(run, command) + ceilings_section(run)
     lines += tree_build_section(run["cases"], plots)
     lines += tree_accept_section(run["cases"])
+    lines += draft_topk_section(run["cases"])
     lines += tree_verify_section(run["cases"], plots)
     lines += sm120_section(run["cases"])
     lines += e2e_section(run, plots, assumptions)

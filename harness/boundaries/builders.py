@@ -195,10 +195,26 @@ def build_tree_accept(p: dict) -> dict:
     return args
 
 
+@builder("bs", "L", "V", "K", "dtype")
+def build_draft_topk(p: dict) -> dict:
+    """draft_topk: seeded normal logits in the dtype (rounded to it, so bf16 rows carry ties), a -inf in
+    every row with V > 2 (masked tokens are ordinary input); V defaults to max(12, K), K to min(4, V)."""
+    bs, L = p.get("bs", 2), p.get("L", 3)
+    V = p.get("V", max(12, p.get("K", 0)))
+    K = p.get("K", min(4, V))
+    dtype = np.dtype(p.get("dtype", np.float32))
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((bs, L, V)) * 3).astype(np.float32)
+    if V > 2:
+        x[:, :, 1] = -np.inf
+    return {"logits": x.astype(dtype), "K": K}
+
+
 BUILDERS: dict[str, Callable[[dict], dict]] = {
     "tree_build": build_tree_build,
     "tree_verify": build_tree_verify,
     "tree_accept": build_tree_accept,
+    "draft_topk": build_draft_topk,
 }
 # the dims of a shape-only case (arrays of zeros that fail a structural check before any value is read)
 DEFAULT_DIMS = {
@@ -211,6 +227,7 @@ DEFAULT_DIMS = {
     "num_pages": 4,
     "page_size": 4,
     "max_pages": 3,
+    "V": 8,
 }
 
 

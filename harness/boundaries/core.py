@@ -35,10 +35,15 @@ CANDIDATE_DTYPES = tuple(
 # An op file larger than this is not written for the engine (the case is skipped there with the size).
 ENGINE_FILE_LIMIT = 256 << 20
 # The clause each op's accepted results are checked under (besides the check's own clause).
-RESULT_CLAUSES = {"tree_build": ("TB.2.1",), "tree_verify": ("TV.2.7",), "tree_accept": ("TA.2.1", "TA.3.1")}
+RESULT_CLAUSES = {
+    "tree_build": ("TB.2.1",),
+    "tree_verify": ("TV.2.7",),
+    "tree_accept": ("TA.2.1", "TA.3.1"),
+    "draft_topk": ("DT.2.1", "DT.2.4"),
+}
 # The clause of the generic checks (types, dtypes, shapes, ranges) of each op.
-SHAPE_CLAUSE = {"tree_build": "TB.1.1", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1"}
-RANGE_CLAUSE = {"tree_build": "TB.1.2", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1"}
+SHAPE_CLAUSE = {"tree_build": "TB.1.1", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1", "draft_topk": "DT.1.1"}
+RANGE_CLAUSE = {"tree_build": "TB.1.2", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1", "draft_topk": "DT.1.1"}
 
 
 class TooLarge(Exception):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
-from contract import limits
+from contract import BF16, limits
 from contract.op import Bound
 
 from .builders import reserved_zeros
@@ -39,6 +40,35 @@ def _edge_no_nan(g: Cases, b: Bound) -> None:
     i = _row(_rank(g, b), -1)  # the last of a row: -inf there keeps the row non-increasing
     g.accepted(b.name, "minus_inf", {}, b.clause, edit=at_index(b.arg, i, -np.inf))
     g.refused(b.name, "nan", b.arg, "NaN", b.clause, at_index(b.arg, i, np.nan))
+
+
+def _edge_no_plus_inf(g: Cases, b: Bound) -> None:
+    """The dtype's largest finite value at the first element (accepted), +inf there (refused), per dtype."""
+    i = _first(_rank(g, b))
+    dtypes = [np.dtype(d) if d != "bfloat16" else BF16 for d in g.c.arg(b.arg).dtypes]
+    for dt in dtypes:
+        p = {"dtype": dt} if len(dtypes) > 1 else {}
+        big = dt.type(np.finfo(dt).max) if dt != BF16 else dt.type(float(ml_dtypes.finfo(BF16).max))
+        g.accepted(b.name, f"largest_finite.{dt}", p, b.clause, edit=at_index(b.arg, i, big))
+        g.refused(b.name, f"plus_inf.{dt}", b.arg, r"\+inf", b.clause, at_index(b.arg, i, np.inf), params=p)
+
+
+def _edge_at_most_dim(g: Cases, b: Bound) -> None:
+    """An int argument bounded by a shape symbol: equal to it (accepted), one more (refused), at the symbol's
+    lowest value and at a middle one."""
+    assert b.dim is not None, f"{b.name}: at_most_dim needs the symbol (dim)"
+    lo = g.c.symbol(b.dim).lo
+    for n in sorted({lo, max(lo, 8)}):
+        g.accepted(b.name, f"equal_{b.dim}{n}", {b.dim: n, b.arg: n}, b.clause)
+        g.refused(
+            b.name,
+            f"{b.dim}{n}_plus_1",
+            b.arg,
+            rf"{n + 1} > {b.dim}={n}\b",
+            b.clause,
+            set_arg(b.arg, n + 1),
+            params={b.dim: n, b.arg: n},
+        )
 
 
 def _edge_at_most(g: Cases, b: Bound) -> None:
@@ -339,6 +369,8 @@ def _edge_distinct_rows(g: Cases, b: Bound) -> None:
 
 EDGES: dict[str, Callable[[Cases, Bound], None]] = {
     "no_nan": _edge_no_nan,
+    "no_plus_inf": _edge_no_plus_inf,
+    "at_most_dim": _edge_at_most_dim,
     "at_most": _edge_at_most,
     "at_least": _edge_at_least,
     "non_increasing": _edge_non_increasing,

@@ -206,4 +206,16 @@ def _expect_accept(case: Boundary, a: dict, got, committed) -> None:
     assert_bit_exact(np.asarray(committed), want, what="kv_cache", spec_id="TA.3.1")
 
 
-EXPECT = {"tree_build": _expect_tree, "tree_verify": _expect_verify, "tree_accept": _expect_accept}
+def _expect_topk(case: Boundary, a: dict, got, _committed) -> None:
+    """ids bit for bit and log-probs within DT.2.4 of the float64 oracle, and tree_build's TB.1.3 check."""
+    from harness import topk
+
+    topk.assert_matches_oracle(got, a["logits"], int(a["K"]), id_clause="DT.2.1", context={"case": case.id})
+
+
+EXPECT = {
+    "tree_build": _expect_tree,
+    "tree_verify": _expect_verify,
+    "tree_accept": _expect_accept,
+    "draft_topk": _expect_topk,
+}

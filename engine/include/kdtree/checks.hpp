@@ -18,11 +18,12 @@ struct Symbol {
 };
 
 // The ops' symbols, as their contracts declare them (contract/tree_build.py, tree_verify.py,
-// tree_accept.py, and paged.py for the cache's).
+// tree_accept.py, draft_topk.py, and paged.py for the cache's).
 namespace sym {
 constexpr Symbol kBs{"bs", 1, kMaxBatch, "batch size"};
 constexpr Symbol kL{"L", 0, kMaxDepth, "depth"};
 constexpr Symbol kKIn{"K_in", 0, kMaxTopK, "top-k"};
+constexpr Symbol kV{"V", 1, kMaxVocab, "vocabulary"};
 constexpr Symbol kQ{"Q", 1, kMaxTree, "queries (tree width)"};
 constexpr Symbol kH{"H", 1, kMaxHeads, "heads"};
 constexpr Symbol kW{"W", 1, (kMaxTree + 31) / 32, "visibility words"};

@@ -15,6 +15,7 @@ constexpr int64_t kMaxBatch = KDTR_MAX_BATCH;
 constexpr int64_t kMaxBudget = KDTR_MAX_BUDGET;
 constexpr int64_t kMaxDepth = KDTR_MAX_DEPTH;
 constexpr int64_t kMaxTopK = KDTR_MAX_TOPK;
+constexpr int64_t kMaxVocab = KDTR_MAX_VOCAB;
 constexpr int64_t kMaxTree = KDTR_MAX_TREE;
 constexpr int64_t kMaxContext = KDTR_MAX_CONTEXT;
 constexpr int64_t kMaxHeads = KDTR_MAX_HEADS;

@@ -15,7 +15,8 @@ struct DraftParams {
 double draft_noise(uint64_t seed, int64_t P, int64_t d, int64_t v);
 
 // Target logits [L, V] of depths 1..L after the root at position P -> top_logp [L, K] (float32
-// log-probs, descending) and top_ids [L, K] (ties to the lower token id).
+// log-probs, descending) and top_ids [L, K]: the perturbed logits rounded to float32, then the draft_topk op
+// on them (ranked by logit, ties to the lower token id; spec/draft_topk.md).
 void draft_topk(const float* logits, int64_t L, int64_t V, int64_t P, int64_t K, const DraftParams& p, float* top_logp,
                 int32_t* top_ids);
 

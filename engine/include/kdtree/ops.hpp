@@ -1,10 +1,11 @@
-// The three ops over KDTR op files (the contract: input tensors named like the op's arguments, output
+// The ops over KDTR op files (the contract: input tensors named like the op's arguments, output
 // tensors like the result fields, Python scalars as rank-0 tensors, optional metadata `op` = the slug).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "kdtr.hpp"
+#include "kdtree/draft_topk.hpp"
 #include "kdtree/tensors.hpp"
 #include "kdtree/tree_accept.hpp"
 #include "kdtree/tree_build.hpp"
@@ -21,6 +22,8 @@ class OpBackend {
   virtual void tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const = 0;
   virtual void tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& o) const = 0;
   virtual void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const = 0;
+  // An op without a kernel on this backend (draft_topk on CUDA, until its kernel is written) says so.
+  virtual void draft_topk(const DraftTopkArgs& a, const DraftTopkOut& o) const;
 };
 
 // The CPU backend with up to `threads` threads (0 = one per core).
@@ -30,6 +33,7 @@ class CpuOps : public OpBackend {
   void tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const override;
   void tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& o) const override;
   void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const override;
+  void draft_topk(const DraftTopkArgs& a, const DraftTopkOut& o) const override;
 
  private:
   int threads_;

@@ -16,7 +16,7 @@
 namespace kdtree {
 
 // KDTR dtype codes (kdtr/FORMAT.md) the engine reads or writes.
-enum Code : uint16_t { kBool = 1, kU32 = 6, kI32 = 7, kI64 = 9, kBF16 = 11, kF32 = 12, kF64 = 13 };
+enum Code : uint16_t { kBool = 1, kU32 = 6, kI32 = 7, kI64 = 9, kF16 = 10, kBF16 = 11, kF32 = 12, kF64 = 13 };
 
 const char* numpy_name(uint16_t code);
 

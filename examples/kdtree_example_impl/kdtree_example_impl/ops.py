@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import TREE_ACCEPT, TREE_BUILD, TREE_VERIFY, Verified, limits
+from contract import DRAFT_TOPK, TREE_ACCEPT, TREE_BUILD, TREE_VERIFY, TopK, Verified, limits
 from contract.paged import cache_rows
 from contract.trees import unpack_visibility
+from reference import draft_topk as _ref_topk
 from reference import tree_accept as _ref_accept
 from reference import tree_build as _ref_build
 from reference import tree_verify as _ref_verify
@@ -65,6 +66,27 @@ def tree_accept_pushed_front(
         tokens, fc, ns, target_tokens, max_depth=max_depth, kv_cache=kv_cache, block_table=block_table,
         prefix_lens=prefix_lens,
     )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------- draft_topk
+@DRAFT_TOPK.implements
+def draft_topk(logits, K):
+    """The reference's ranking and float64 log-sum-exp."""
+    return _ref_topk.draft_topk(logits, K)
+
+
+@DRAFT_TOPK.implements
+def draft_topk_reversed_ascending(logits, K):
+    """BUG: the top K taken from the end of an ascending stable sort (a common idiom), so tied logits come out
+    highest token id first."""
+    checked = DRAFT_TOPK.validate(logits, K)
+    x = checked.args["logits"].astype(np.float64) + 0.0
+    ids = np.argsort(x, axis=-1, kind="stable")[..., ::-1][..., :K]
+    m = x.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):
+        lse = m + np.log(np.sum(np.exp(x - np.where(np.isfinite(m), m, 0.0)), axis=-1, keepdims=True))
+        lp = np.where(np.isfinite(m), np.take_along_axis(x, ids, axis=-1) - lse, -np.inf)
+    return TopK(lp.astype(np.float32), ids.astype(np.int32))
 
 
 # ------------------------------------------------------------------------------------------- tree_verify
