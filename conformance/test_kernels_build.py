@@ -150,7 +150,7 @@ def test_race_geometry_and_launch_rule():
     assert 1024 + 2 <= cap_race_1k < cap_seq_1k and smem_race_1k <= limit - 1024
     assert geometry.tree_build(64, 15, 64, 0, 2, 1, 1)[2] == 0  # nothing fits: the replay alone
     # one race per SM, two at B >= 512, and from the spec's budget on; otherwise the batch goes to lane_cached
-    min_b = int(specs.get("tree_build", "select_race").all_defines()["KDTR_TB_RACE_MIN_B"])
+    min_b = int(specs.get("tree_build", "select_race").all_defines()["TB_RACE_MIN_B"])
     assert min_b == 256
     assert geometry.tree_build_race_launch(132, 256, 132, min_b) is None
     assert geometry.tree_build_race_launch(133, 256, 132, min_b) == "lane_cached"
@@ -158,7 +158,7 @@ def test_race_geometry_and_launch_rule():
     assert geometry.tree_build_race_launch(1, 64, 132, 1) is None
     assert geometry.tree_build_race_launch(264, 512, 132, min_b) is None
     assert geometry.tree_build_race_launch(265, 1024, 132, min_b) == "lane_cached"
-    assert specs.get("tree_build", "lane_cached").all_defines()["KDTR_TB_SELECT"] == "0"
+    assert specs.get("tree_build", "lane_cached").all_defines()["TB_SELECT"] == "0"
 
 
 @pytest.mark.gpu
@@ -277,7 +277,7 @@ def test_99k_variant_builds_what_sm120_runs(spec):
     sm_120 build plans, from the same source and defines: what an H200 certifies is what an sm_120 GPU runs."""
     base = specs.get(spec.slug, spec.variant.removesuffix("_99k"))
     assert spec.source == base.source and spec.archs == ("sm_90",) and "sm_120" in base.archs
-    assert {k: v for k, v in spec.defines if k != "KDTR_SMEM_BUDGET"} == dict(base.defines)
+    assert {k: v for k, v in spec.defines if k != "KERNEL_SMEM_BUDGET"} == dict(base.defines)
     sm120 = geometry.arch_limits("sm_120")["smem_per_block_optin"]
     assert (
         specs.SM120_SMEM_BUDGET == sm120 == geometry.smem_budget(spec, "sm_90") == geometry.smem_budget(base, "sm_120")

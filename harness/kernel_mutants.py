@@ -33,7 +33,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "(long long)D * D * b + (long long)D * s_prefix_sum",
         "(long long)D * D * b + s_prefix_sum",
     ),
-    # tree_build:lane_cached (KDTR_TB_POP = 1): the cached lane bests and their successors, the key order, the
+    # tree_build:lane_cached (TB_POP = 1): the cached lane bests and their successors, the key order, the
     # rescan, the ties, the sibling links
     "k_tb_lane_child_not_compared": (  # a lane keeps its stale best when it receives a better first child
         "tree_build",
@@ -61,15 +61,15 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "if (tied & (tied - 1)) {  // equal scores",
         "if (false) {  // equal scores",
     ),
-    # tree_build:select_verify (KDTR_TB_SELECT = 1): the replay where the selection is not the heap's, and
+    # tree_build:select_verify (TB_SELECT = 1): the replay where the selection is not the heap's, and
     # the stability check of the sibling-chain shortcut
-    "k_tb_select_no_fallback": ("tree_build", "#define KDTR_TB_FALLBACK 1", "#define KDTR_TB_FALLBACK 0"),
+    "k_tb_select_no_fallback": ("tree_build", "#define TB_FALLBACK 1", "#define TB_FALLBACK 0"),
     "k_tb_select_chain_unchecked": (
         "tree_build",
         "if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;",
         "if (false) sh_fail = 1;",
     ),
-    # tree_build:select_warp (KDTR_TB_WARPGEN = 1): the warp's own chain check, raise of tau and compaction
+    # tree_build:select_warp (TB_WARPGEN = 1): the warp's own chain check, raise of tau and compaction
     "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;"),
     "k_tb_warp_tau_overshoots": (  # tau raised where only B/2 nodes reach it: the selection misses nodes of S
         "tree_build",
@@ -81,7 +81,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.aux[j] = dw;\n",  # warp_compact's (unique)
         "      u.meta[j] = m;\n      u.aux[j] = dw;\n",
     ),
-    # tree_build:select_race (KDTR_TB_RACE = 1): the winner's nodes, and only a checked selection may win
+    # tree_build:select_race (TB_RACE = 1): the winner's nodes, and only a checked selection may win
     # (the loser's count, not its nodes: a loser's half-written parent chain can loop the layouts' ancestor walk)
     "k_tb_race_loser_count": (
         "tree_build",
@@ -312,7 +312,7 @@ SLOWDOWNS = {
     # returns kUnverified), so every request replays the heap: still exact, slower where the selection was the
     # faster path, and at B = 16-64 not slower at all, so a time threshold cannot be trusted to see it; the fallback
     # rate does (harness/bench/gate.py: any rise fails). tools/gpu_suite.sh's `gate_fallback` plants it. (A
-    # KDTR_TB_SELECT_MIN_B above every budget would not do: the build would then never select, and its reporting
+    # TB_SELECT_MIN_B above every budget would not do: the build would then never select, and its reporting
     # build would count no fallback.)
     "slow_tb_always_fallback": (
         "tree_build",

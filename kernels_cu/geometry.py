@@ -71,21 +71,21 @@ def _library() -> ctypes.CDLL:
             pathlib.Path(tmp).unlink(missing_ok=True)
     lib = ctypes.CDLL(str(path))
     i64p = ctypes.POINTER(ctypes.c_longlong)
-    lib.kdtr_tree_build_geometry.restype = None
-    lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
-    lib.kdtr_arch_limit_names.restype = ctypes.c_char_p
-    lib.kdtr_arch_limit_count.restype = ctypes.c_int
-    lib.kdtr_arch_limits_row.restype = None
-    lib.kdtr_arch_limits_row.argtypes = [ctypes.c_int, i64p]
-    lib.kdtr_smem_budget_for.restype = ctypes.c_longlong
-    lib.kdtr_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
-    lib.kdtr_tree_build_smem_max.restype = None
-    lib.kdtr_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
-    lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
-    lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
-    lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
-    lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
-    lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
+    lib.geom_tree_build_geometry.restype = None
+    lib.geom_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.geom_arch_limit_names.restype = ctypes.c_char_p
+    lib.geom_arch_limit_count.restype = ctypes.c_int
+    lib.geom_arch_limits_row.restype = None
+    lib.geom_arch_limits_row.argtypes = [ctypes.c_int, i64p]
+    lib.geom_smem_budget_for.restype = ctypes.c_longlong
+    lib.geom_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
+    lib.geom_tree_build_smem_max.restype = None
+    lib.geom_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.geom_tree_build_race_selects.restype = ctypes.c_int
+    lib.geom_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
+    lib.geom_tree_build_wide_batch_variant.restype = ctypes.c_char_p
+    lib.geom_tree_accept_smem.restype = ctypes.c_longlong
+    lib.geom_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
     lib.tv_geometry_field_count.restype = ctypes.c_int
     lib.tv_sm90a_serves.restype = ctypes.c_int
@@ -111,11 +111,11 @@ def arch_limits(arch: str) -> dict[str, int]:
     """The row of kernels_cu/arch_limits.cuh for `arch`: per-block and per-SM shared memory, registers and threads
     (GeometryError when the table has no row for it)."""
     lib = _library()
-    names = lib.kdtr_arch_limit_names().decode().split()
-    if len(names) != lib.kdtr_arch_limit_count():
-        raise GeometryError(f"arch limits: {len(names)} names for {lib.kdtr_arch_limit_count()} fields")
+    names = lib.geom_arch_limit_names().decode().split()
+    if len(names) != lib.geom_arch_limit_count():
+        raise GeometryError(f"arch limits: {len(names)} names for {lib.geom_arch_limit_count()} fields")
     out = (ctypes.c_longlong * len(names))()
-    lib.kdtr_arch_limits_row(compute_capability(arch), out)
+    lib.geom_arch_limits_row(compute_capability(arch), out)
     row = dict(zip(names, (int(x) for x in out)))
     if row["cc"] == 0:
         raise GeometryError(f"kernels_cu/arch_limits.cuh has no limits for {arch}")
@@ -123,16 +123,16 @@ def arch_limits(arch: str) -> dict[str, int]:
 
 
 def spec_smem_budget(spec: KernelSpec) -> int:
-    """A build spec's own shared-memory budget in bytes (its KDTR_SMEM_BUDGET define), 0 when it names none."""
-    return int(spec.all_defines().get("KDTR_SMEM_BUDGET", "0"))
+    """A build spec's own shared-memory budget in bytes (its KERNEL_SMEM_BUDGET define), 0 when it names none."""
+    return int(spec.all_defines().get("KERNEL_SMEM_BUDGET", "0"))
 
 
 @functools.cache
 def smem_budget(spec: KernelSpec, arch: str) -> int:
     """The shared memory per block that `spec`'s build for `arch` plans for, as its kernels compute it
-    (arch_limits.cuh's kdtr_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
+    (arch_limits.cuh's kernel_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
     arch_limits(arch)  # a clear error for an arch the table lacks
-    return int(_library().kdtr_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
+    return int(_library().geom_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
 
 
 @functools.cache
@@ -140,7 +140,7 @@ def tree_build_smem_max(smem_limit: int, stage_policy: int, select_policy: int, 
     """(bytes, B, L, K): the most dynamic shared memory a tree_build variant with these policies asks for at any
     budget, depth and top-k of the contract under the per-block limit smem_limit, and the first shape asking it."""
     out = (ctypes.c_longlong * 4)()
-    _library().kdtr_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
+    _library().geom_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
@@ -149,26 +149,26 @@ def tree_build(
     B: int, L: int, K_in: int, smem_limit: int, stage_policy: int, select_policy: int = 0, race: int = 0
 ) -> tuple[int, int, int]:
     """(dynamic shared memory bytes, lp_in_smem, select_cap) of tree_build for a variant's policies
-    (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
+    (TB_STAGE_LP, TB_SELECT, TB_RACE)."""
     out = (ctypes.c_longlong * 3)()
-    _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
+    _library().geom_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2])
 
 
 def tree_build_race_launch(bs: int, B: int, sm_count: int, min_b: int) -> str | None:
     """A race build's launch for bs requests on sm_count SMs, racing from budget min_b (the spec's
-    KDTR_TB_RACE_MIN_B): None when it races the selection, else the tree_build variant whose build runs the batch
+    TB_RACE_MIN_B): None when it races the selection, else the tree_build variant whose build runs the batch
     instead (the replay's, on small CTAs)."""
     lib = _library()
-    if lib.kdtr_tree_build_race_selects(bs, B, sm_count, min_b):
+    if lib.geom_tree_build_race_selects(bs, B, sm_count, min_b):
         return None
-    return lib.kdtr_tree_build_wide_batch_variant().decode()
+    return lib.geom_tree_build_wide_batch_variant().decode()
 
 
 @functools.cache
 def tree_accept(D: int) -> int:
     """Dynamic shared memory bytes of tree_accept for tree width D."""
-    return int(_library().kdtr_tree_accept_smem(D))
+    return int(_library().geom_tree_accept_smem(D))
 
 
 @functools.cache

@@ -10,52 +10,52 @@
 // zero padded: comparing the words and then the depth is exactly lexicographic order with prefixes first.
 // Sorting the top-B set instead of replaying pops is faster, but it differs from the heap when float64
 // rounding makes a sibling beat its predecessor by an ulp (round-half-even can): the select-then-verify
-// variant (KDTR_TB_SELECT, below) checks that the heap would pop its selection and replays where not.
+// variant (TB_SELECT, below) checks that the heap would pop its selection and replays where not.
 //
-// Launch: grid = bs, block = KDTR_BLOCK threads (>= 32), dynamic shared memory laid out by tree_build_smem()
+// Launch: grid = bs, block = KERNEL_BLOCK threads (>= 32), dynamic shared memory laid out by tree_build_smem()
 // in tree_build.cuh, which the host reads through tree_build_geometry below. lp_in_smem = 1 stages the
 // L*K log-probs there. Inputs are validated on the host first (contract/tree_build.py): shapes, sorted rows,
 // no NaN, limits. full_mask == nullptr skips the (opt-in) FULL_MASK layout.
 #include "tree_build.cuh"
 
-#ifndef KDTR_TB_POP
-#define KDTR_TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (lane_cached_replay)
+#ifndef TB_POP
+#define TB_POP 0  // 0: warp argmin scan over the frontier; 1: lane-cached bests (lane_cached_replay)
 #endif
-#ifndef KDTR_TB_SELECT
-#define KDTR_TB_SELECT 0  // 1: select-then-verify first, the lane-cached replay (KDTR_TB_POP 1) where it fails
+#ifndef TB_SELECT
+#define TB_SELECT 0  // 1: select-then-verify first, the lane-cached replay (TB_POP 1) where it fails
 #endif
-#ifndef KDTR_TB_WARPGEN
-#define KDTR_TB_WARPGEN 0  // with KDTR_TB_SELECT: warp 0 generates the candidates (warp_generate, below)
+#ifndef TB_WARPGEN
+#define TB_WARPGEN 0  // with TB_SELECT: warp 0 generates the candidates (warp_generate, below)
 #endif
-#ifndef KDTR_TB_SELECT_MIN_B
-#define KDTR_TB_SELECT_MIN_B 0  // budgets below this go straight to the replay
+#ifndef TB_SELECT_MIN_B
+#define TB_SELECT_MIN_B 0  // budgets below this go straight to the replay
 #endif
-#ifndef KDTR_TB_FALLBACK
+#ifndef TB_FALLBACK
 // What a failed selection does: 1 replays the heap (always, in a build); 2 replays it and reports why in
 // n_nodes (-1 a check failed, -2 U overflowed: lab/tree_build_dev.py measures the fallback rate). The
 // harness's fallback mutant sets 0: it keeps an unverified selection.
-#define KDTR_TB_FALLBACK 1
+#define TB_FALLBACK 1
 #endif
-#ifndef KDTR_TB_RACE
+#ifndef TB_RACE
 // 1: the selection (warp 0 generating, then every warp but warp 1 ranking and checking) and the lane-cached
 // replay (warp 1) run at once, each in its own shared memory, and the first to finish with the heap's tree wins
 // (both are exact: the replay by construction, the selection once checked); the loser stops at its next level
-// or pop. Only in a build that replays on failure (KDTR_TB_FALLBACK 1): the measuring and mutant builds keep the
+// or pop. Only in a build that replays on failure (TB_FALLBACK 1): the measuring and mutant builds keep the
 // layout but run the selection first and the replay after it, so that what they report is the selection's.
-#define KDTR_TB_RACE 0
+#define TB_RACE 0
 #endif
-#define KDTR_TB_RACING (KDTR_TB_RACE && KDTR_TB_FALLBACK == 1)
-#ifndef KDTR_TB_RACE_POLL
-#define KDTR_TB_RACE_POLL 4  // pops between the replay's looks at the race
+#define TB_RACING (TB_RACE && TB_FALLBACK == 1)
+#ifndef TB_RACE_POLL
+#define TB_RACE_POLL 4  // pops between the replay's looks at the race
 #endif
-static_assert(!KDTR_TB_RACE || (KDTR_TB_SELECT && KDTR_TB_WARPGEN && KDTR_TB_POP == 1 && KDTR_BLOCK >= 128),
+static_assert(!TB_RACE || (TB_SELECT && TB_WARPGEN && TB_POP == 1 && KERNEL_BLOCK >= 128),
               "a race needs the warp build's selection, the lane-cached replay and warps besides those two");
 
 namespace {
 
 constexpr int kRanksPerWord = kTreeBuildRanksPerWord;
 constexpr int kRankBits = kTreeBuildRankBits;
-static_assert(KDTR_BLOCK >= 32 && KDTR_BLOCK % 32 == 0, "warp 0 does the pops; the rest help with layouts");
+static_assert(KERNEL_BLOCK >= 32 && KERNEL_BLOCK % 32 == 0, "warp 0 does the pops; the rest help with layouts");
 
 struct Entry {          // a pending candidate in the frontier
   double score;
@@ -82,7 +82,7 @@ __device__ __forceinline__ bool better(const Entry& a, const Entry& b, const uin
   return a.depth < b.depth;
 }
 
-// ---- the lane-cached pop's entries (KDTR_TB_POP = 1) ------------------------------------------------------
+// ---- the lane-cached pop's entries (TB_POP = 1) ------------------------------------------------------
 // A frontier entry as (score, meta): meta packs parent (11 bits), rank (10 bits) and depth (6 bits).
 __device__ __forceinline__ int pack_meta(int parent, int rank, int depth) {
   return parent | (rank << 11) | (depth << 21);
@@ -101,7 +101,7 @@ __device__ __forceinline__ uint64_t order_key(double s) {
   return (u >> 63) ? ~u : (u | (1ull << 63));
 }
 
-// ---- select-then-verify (KDTR_TB_SELECT = 1) ------------------------------------------------------------
+// ---- select-then-verify (TB_SELECT = 1) ------------------------------------------------------------
 // The heap pops, in order, the set S of its first B nodes. Instead of replaying it pop by pop, the block
 // (1) selects a candidate set U level by level, pruned by a score threshold tau that only rises (after each
 // level, tau = the B-th best score of U, so tau never passes the B-th best score of the whole tree) and by
@@ -120,7 +120,7 @@ __device__ __forceinline__ uint64_t order_key(double s) {
 // Scores: rank r >= 1 of a sibling chain is (s_{r-1} - lp[r-1]) + lp[r]; when every t_r = s_r - lp[r] of
 // the chain equals t_0 (checked per element), s_r = t_0 + lp[r] needs no chain, and it is non-increasing in r
 // (one rounding of a non-increasing function), so a binary search finds the ranks at or above tau.
-constexpr int kMaxRankWords = (KDTR_MAX_DEPTH + kRanksPerWord - 1) / kRanksPerWord;
+constexpr int kMaxRankWords = (CONTRACT_MAX_DEPTH + kRanksPerWord - 1) / kRanksPerWord;
 constexpr int kMetaParentBits = 13;           // U index of the parent (0 = the root)
 constexpr int kMetaDropped = (1 << kMetaParentBits) - 1;  // the parent was pruned (the check (a) fails)
 static_assert(kTreeBuildSelectMaxCap < kMetaDropped, "a U index must not read as the dropped mark");
@@ -154,12 +154,12 @@ __device__ __forceinline__ bool sel_before(const SelectSet& u, int i, int j) {
 }
 
 // In-place exclusive prefix sum of a[0, n) in shared memory by the whole block; returns the total.
-// Chunks of KDTR_BLOCK: warp shuffles, then the warps' sums through `warp_sums`.
+// Chunks of KERNEL_BLOCK: warp shuffles, then the warps' sums through `warp_sums`.
 __device__ __forceinline__ int block_exclusive_scan(int* a, int n, int* warp_sums) {
-  constexpr int kWarps = KDTR_BLOCK / 32;
+  constexpr int kWarps = KERNEL_BLOCK / 32;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int carry = 0;
-  for (int base = 0; base < n; base += KDTR_BLOCK) {
+  for (int base = 0; base < n; base += KERNEL_BLOCK) {
     const int i = base + tid;
     const int v = i < n ? a[i] : 0;
     int x = v;
@@ -220,10 +220,10 @@ __device__ __forceinline__ double key_score(uint64_t k) {
 // Trial thresholds of a raise of tau: kThresholds scores from hi (k = 0) down to lo (k = kThresholds - 1).
 constexpr int kThresholds = 32;
 constexpr int kRefineRounds = 4;
-#ifndef KDTR_TB_STAIR_MAX
-#define KDTR_TB_STAIR_MAX 256
+#ifndef TB_STAIR_MAX
+#define TB_STAIR_MAX 256
 #endif
-constexpr int kStairMax = KDTR_TB_STAIR_MAX;
+constexpr int kStairMax = TB_STAIR_MAX;
 __device__ __forceinline__ double trial_score(double hi, double lo, int k) {
   return k == kThresholds - 1 ? lo : hi - (hi - lo) * (double(k) / (kThresholds - 1));
 }
@@ -240,7 +240,7 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
   const int tid = threadIdx.x;
   if (tid == 0) { lo_k = ~0ull; hi_k = 0ull; }
   uint64_t lo = ~0ull, hi = 0ull;  // this thread's part of the range; one shared atomic per warp below
-  for (int i = pb + tid; i < pb + P; i += KDTR_BLOCK) {  // the children's best and worst scores
+  for (int i = pb + tid; i < pb + P; i += KERNEL_BLOCK) {  // the children's best and worst scores
     const int c = u.aux[i];
     if (c <= 0) continue;
     const ChildChain ch = child_chain(u.score[i], d, lp, K_in);
@@ -249,7 +249,7 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
     hi = max(hi, order_key(ch.s0));
     if (worst != -CUDART_INF) lo = min(lo, order_key(worst));
   }
-  for (int i = 1 + tid; i < n; i += KDTR_BLOCK) {
+  for (int i = 1 + tid; i < n; i += KERNEL_BLOCK) {
     const uint64_t k = order_key(u.score[i]);
     hi = max(hi, k);
     lo = min(lo, k);
@@ -273,7 +273,7 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
     }
     __syncthreads();
     const int items = (n - 1 + P) * kThresholds;  // (U node or parent) x trial
-    for (int q = tid; q < items; q += KDTR_BLOCK) {
+    for (int q = tid; q < items; q += KERNEL_BLOCK) {
       const int k = q % kThresholds, x = q / kThresholds;
       const uint64_t th = trial_key[k];
       const int c = x < n - 1 ? int(order_key(u.score[1 + x]) >= th)
@@ -299,7 +299,7 @@ __device__ __forceinline__ void raise_tau(const SelectSet& u, int n, int pb, int
 
 // Status of select_build: the selection is the heap's (kSelected), or why not.
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
-// A race's outcome (KDTR_TB_RACE): undecided, or which build finished first. The race's word holds it in its low
+// A race's outcome (TB_RACE): undecided, or which build finished first. The race's word holds it in its low
 // two bits and, when the selection won, 1 + the selection's node count above them (kRaceCountShift): the winner's
 // one atomic write hands over both, so the layouts read nothing the losing side may still write.
 enum RaceState { kUndecided = 0, kSelectWon = 1, kReplayWon = 2 };
@@ -333,7 +333,7 @@ struct BuiltNodes {
 // root; siblings adjacent and in rank order; `first` and the meta's parent in U): rank U in the heap's total
 // order, take the first B as S, check (a)-(c), and on success write S in pop order to o and 1 + |S| to *count.
 // `chain_failed` (uniform over g): a sibling chain of U was not stable, so the selection is not trusted. lp has
-// row stride ls. Returns kSelected, or kUnverified (o untouched unless KDTR_TB_FALLBACK is 0).
+// row stride ls. Returns kSelected, or kUnverified (o untouched unless TB_FALLBACK is 0).
 __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chain_failed, const float* lp, int ls,
                                              int L, int K, int B, const BuiltNodes& o, int* count,
                                              const SelectGroup g) {
@@ -440,7 +440,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
   }
   g.sync();
   const int status = sh_fail ? kUnverified : kSelected;
-  if (status != kSelected && KDTR_TB_FALLBACK != 0) return status;
+  if (status != kSelected && TB_FALLBACK != 0) return status;
   // S in pop order. (Only the fallback mutant gets here unverified: the guards keep its writes in bounds.)
   for (int i = 1 + tid; i < n; i += g.size) {
     const int o = u.aux[i] + 1;
@@ -462,7 +462,7 @@ __device__ __forceinline__ int select_finish(const SelectSet& u, int n, int chai
 // order and *count holds 1 + their number; otherwise s_* are untouched.
 __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const float* lp, int L, int K_in, int K, int B,
                                             const BuiltNodes& o, int* count) {
-  __shared__ int warp_sums[KDTR_BLOCK / 32];
+  __shared__ int warp_sums[KERNEL_BLOCK / 32];
   __shared__ int sh_n, sh_pb, sh_fail;
   __shared__ unsigned long long sh_tau;
   const int tid = threadIdx.x, nw = u.nwords;
@@ -473,7 +473,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     sh_n = 1; sh_pb = 0; sh_fail = 0;
     sh_tau = order_key(-1.7976931348623157e308);  // the lowest finite score: -inf is never selected
   }
-  for (int w = tid; w < nw; w += KDTR_BLOCK) u.words[w] = 0ull;
+  for (int w = tid; w < nw; w += KERNEL_BLOCK) u.words[w] = 0ull;
   __syncthreads();
   for (int d = 0; d < L; ++d) {
     const int pb = sh_pb, n = sh_n, P = n - pb;
@@ -481,7 +481,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     // staircase rank of each parent within its level (same-level U order is rank-tuple order): aux = its cap.
     // An O(P^2) count, so only on levels of at most kStairMax parents (elsewhere rank 0, the cap K: a larger
     // cap only costs threshold rounds, never exactness).
-    for (int i = pb + tid; i < n; i += KDTR_BLOCK) {
+    for (int i = pb + tid; i < n; i += KERNEL_BLOCK) {
       const uint64_t ki = order_key(u.score[i]);
       int j = 0;
       for (int x = pb; x < n && P <= kStairMax; ++x) {
@@ -496,7 +496,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     uint64_t tau = sh_tau;
     int total = 0;
     for (int round = 0;; ++round) {
-      for (int i = pb + tid; i < n; i += KDTR_BLOCK)
+      for (int i = pb + tid; i < n; i += KERNEL_BLOCK)
         u.aux2[i] = children_at_or_above(u.score[i], d, u.aux[i], tau, lp, K_in);
       __syncthreads();
       total = block_exclusive_scan(u.aux2 + pb, P, warp_sums);  // offsets of each parent's children
@@ -508,7 +508,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     if (total == 0) break;
     // the children, one thread each; the parent by binary search over the offsets
-    for (int k = tid; k < total; k += KDTR_BLOCK) {
+    for (int k = tid; k < total; k += KERNEL_BLOCK) {
       int lo = 0, hi = P - 1;  // the last parent whose offset is <= k
       while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
@@ -536,7 +536,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     if (n2 - 1 > B) {  // prune: tau rises as far as B nodes of U reach it; the nodes below it go
       raise_tau(u, n2, n2, 0, d, lp, K_in, B, 2, &sh_tau);
       const uint64_t tau_kept = sh_tau;
-      for (int i = 1 + tid; i < n2; i += KDTR_BLOCK) {
+      for (int i = 1 + tid; i < n2; i += KERNEL_BLOCK) {
         const int keep = order_key(u.score[i]) >= tau_kept;
         u.aux[i] = keep;
         u.aux2[i] = keep;
@@ -544,8 +544,8 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
       if (tid == 0) { u.aux[0] = 1; u.aux2[0] = 1; }
       __syncthreads();
       const int kept = block_exclusive_scan(u.aux2, n2, warp_sums);  // aux2 = new index of a kept node
-      // move the kept nodes down, one chunk of KDTR_BLOCK at a time: targets never pass the chunk's end
-      for (int base = 0; base < n2; base += KDTR_BLOCK) {
+      // move the kept nodes down, one chunk of KERNEL_BLOCK at a time: targets never pass the chunk's end
+      for (int base = 0; base < n2; base += KERNEL_BLOCK) {
         const int i = base + tid;
         const bool mine = i < n2 && u.aux[i];
         double sc = 0.0;
@@ -579,10 +579,10 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KDTR_BLOCK, nullptr});
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KERNEL_BLOCK, nullptr});
 }
 
-// ---- the warp build's candidates (KDTR_TB_WARPGEN = 1) ---------------------------------------------------
+// ---- the warp build's candidates (TB_WARPGEN = 1) ---------------------------------------------------
 // The same select-then-verify contract (any U works: (a)-(c) decide), generated by warp 0 alone so that a level
 // costs warp collectives instead of block barriers. Level by level, each parent keeps the children whose score
 // reaches tau (a galloping search of the non-increasing chain t0 + lp[r]), capped by its dominator count: the
@@ -594,10 +594,10 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
 // A level whose children do not fit is expanded in parts, a prune between parts; no room even then: overflow.
 constexpr int kPruneBits = 20;  // resolution of a raise of tau: sign, exponent and 8 bits of the score
 constexpr int kPrefixShift = 64 - kPruneBits;  // an order key's kPruneBits-bit prefix
-#ifndef KDTR_TB_PRUNE_PCT
-#define KDTR_TB_PRUNE_PCT 200  // a level that leaves U with more than this percentage of B nodes is pruned
+#ifndef TB_PRUNE_PCT
+#define TB_PRUNE_PCT 200  // a level that leaves U with more than this percentage of B nodes is pruned
 #endif
-constexpr int kPruneAtPct = KDTR_TB_PRUNE_PCT;
+constexpr int kPruneAtPct = TB_PRUNE_PCT;
 
 // How many children of the parent U[i] (depth d) score at least tau within its dominator cap; aux holds the
 // parent's dom | wt << 16 (wt = prod (r_i + 1)). row = lp[d], l0 = lp[d][0].
@@ -640,14 +640,14 @@ __device__ __forceinline__ int warp_child_count(const SelectSet& u, int i, int d
 // The highest tau' >= tau (a 20-bit key prefix) that at least B of the nodes U[1, n) reach; tau when fewer
 // than B do. The items' 20-bit prefixes v = key >> kPrefixShift (0 below tau) sit in registers up to
 // 32 * kRaiseRegItems of them, beyond that in aux2. The answer is searched in [tau's prefix, the highest prefix], the range cut in
-// W = KDTR_TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
+// W = TB_RAISE_WAYS parts a step (W - 1 warp sums of the lanes' counts), so a step reads the items once for
 // log2(W) bits: with W = 8 about 7 steps instead of the 20 of a bit-by-bit search, which costs as much in
 // registers but twice as much once the items are read from shared memory (lab/PERF_NOTES.md).
-#ifndef KDTR_TB_RAISE_WAYS
-#define KDTR_TB_RAISE_WAYS 8
+#ifndef TB_RAISE_WAYS
+#define TB_RAISE_WAYS 8
 #endif
 constexpr int kRaiseRegItems = 16;
-constexpr int kRaiseWays = KDTR_TB_RAISE_WAYS;
+constexpr int kRaiseWays = TB_RAISE_WAYS;
 static_assert(kRaiseWays >= 2, "the search cuts the range in at least two parts a step");
 __device__ __forceinline__ uint64_t warp_raise_tau(const SelectSet& u, int n, uint64_t tau, int B, int lane) {
   if (n - 1 < B) return tau;
@@ -897,7 +897,7 @@ __device__ __forceinline__ int warp_generate(const SelectSet& u, int cap, const 
 }
 }  // namespace
 
-// ---- the lane-cached pop (KDTR_TB_POP = 1) ---------------------------------------------------------------
+// ---- the lane-cached pop (TB_POP = 1) ---------------------------------------------------------------
 // One warp replays the heap. Lane l owns the frontier slots j*32 + l and caches in registers the best of them
 // (score, meta) and that best's two successor scores (its next sibling's and its first child's), computed when
 // the entry becomes the lane's best. A pop is two warp max-reductions of the lanes' 64-bit order keys and a
@@ -942,7 +942,7 @@ __device__ __forceinline__ void lane_cached_replay(void* frontier, uint64_t* wor
   }
   uint64_t key = bj >= 0 ? order_key(bs) : 0ull;  // a finite score's key has a nonzero high word
   while (count < B) {
-    if (race != nullptr && count % KDTR_TB_RACE_POLL == 0 && race_state(race) == kSelectWon) break;
+    if (race != nullptr && count % TB_RACE_POLL == 0 && race_state(race) == kSelectWon) break;
     const unsigned hi = unsigned(key >> 32), lo = unsigned(key);
     const unsigned mhi = __reduce_max_sync(0xffffffffu, hi);
     if (mhi == 0u) break;  // the frontier is empty
@@ -1010,24 +1010,24 @@ __device__ __forceinline__ void lane_cached_replay(void* frontier, uint64_t* wor
 // per-block limit.
 extern "C" __global__ void tree_build_geometry(int B, int L, int K_in, long long smem_limit, long long* out) {
   const int K = B < K_in ? B : K_in;
-  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, KDTR_TB_STAGE_LP);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, KDTR_TB_SELECT, stage, KDTR_TB_RACE != 0);
-  out[0] = tree_build_smem(B, L, K, stage, cap, KDTR_TB_RACE != 0).total;
+  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, TB_STAGE_LP);
+  const int cap = tree_build_select_cap(B, L, K, smem_limit, TB_SELECT, stage, TB_RACE != 0);
+  out[0] = tree_build_smem(B, L, K, stage, cap, TB_RACE != 0).total;
   out[1] = stage ? 1 : 0;
   out[2] = cap;
 }
 
 // The select path holds more live state than the replay: ptxas's default register target for the select
 // variant spilled (64 registers on sm_90); one CTA per SM at least lets it take what it needs.
-#ifndef KDTR_TB_MIN_BLOCKS
-#define KDTR_TB_MIN_BLOCKS 1
+#ifndef TB_MIN_BLOCKS
+#define TB_MIN_BLOCKS 1
 #endif
-#if KDTR_TB_SELECT
-#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK, KDTR_TB_MIN_BLOCKS)
+#if TB_SELECT
+#define TB_BOUNDS __launch_bounds__(KERNEL_BLOCK, TB_MIN_BLOCKS)
 #else
-#define KDTR_TB_BOUNDS __launch_bounds__(KDTR_BLOCK)
+#define TB_BOUNDS __launch_bounds__(KERNEL_BLOCK)
 #endif
-extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
+extern "C" __global__ void TB_BOUNDS tree_build_kernel(
     const float* __restrict__ top_logp,   // [bs, L, K_in]
     const int* __restrict__ top_ids,      // [bs, L, K_in]
     const int* __restrict__ root_tokens,  // [bs]
@@ -1045,7 +1045,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   const int W = (D + 31) / 32;
   const int K = B < K_in ? B : K_in;
   const int nwords = tree_build_rank_words(L);
-  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0, select_cap, KDTR_TB_RACE != 0);
+  const TreeBuildSmem lay = tree_build_smem(B, L, K, lp_in_smem != 0, select_cap, TB_RACE != 0);
   Entry* frontier = reinterpret_cast<Entry*>(smem + lay.frontier);  // [D]
   uint64_t* words = reinterpret_cast<uint64_t*>(smem + lay.words);  // [D * nwords]
   double* s_score = reinterpret_cast<double*>(smem + lay.score);    // [D]
@@ -1085,7 +1085,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 
   // the replay's nodes in pop order (the heap's pops, or a sequential selection's S)
   const BuiltNodes replayed{s_score, s_parent, s_depth, s_rank, s_first, s_next};
-#if KDTR_TB_POP == 0
+#if TB_POP == 0
   // ---- the pops: warp 0 only ----------------------------------------------------------------------------
   if (tid < 32) {
     const int lane = tid;
@@ -1159,8 +1159,8 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   bool replay = true;
   // whether this launch selects at all (the geometry gave it candidates, and the budget is one it selects for)
   [[maybe_unused]] const bool select_on =
-      KDTR_TB_SELECT && select_cap > 0 && B >= KDTR_TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
-#if KDTR_TB_RACING
+      TB_SELECT && select_cap > 0 && B >= TB_SELECT_MIN_B && B > 0 && L > 0 && K > 0;
+#if TB_RACING
   // The selection's own nodes, in its region ahead of U; the replay writes s_*, the layouts read the winner's.
   __shared__ int s_race;
   double* r_score = reinterpret_cast<double*>(smem + lay.select);
@@ -1174,25 +1174,25 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   if (tid == 0) s_race = kUndecided;
   __syncthreads();
 #endif
-#if KDTR_TB_SELECT
-#if KDTR_TB_FALLBACK == 2
+#if TB_SELECT
+#if TB_FALLBACK == 2
   __shared__ int s_select_status;
 #endif
   if (select_on) {
     const int nw = nwords;
     // U: at the start of shared memory (over the replay's frontier, which a replay after it rewrites), or in a
     // race's layout in the selection's region after its nodes
-    unsigned char* u_base = smem + lay.select + (KDTR_TB_RACE ? tree_build_race_out_bytes(B) : 0);
+    unsigned char* u_base = smem + lay.select + (TB_RACE ? tree_build_race_out_bytes(B) : 0);
     double* u_score = reinterpret_cast<double*>(u_base);
     uint64_t* u_words = reinterpret_cast<uint64_t*>(u_score + select_cap);
     int* u_meta = reinterpret_cast<int*>(u_words + size_t(select_cap) * nw);
     const SelectSet u{u_score, u_words, u_meta, u_meta + select_cap, u_meta + 2 * select_cap,
                       u_meta + 3 * select_cap, nw};
-#if KDTR_TB_WARPGEN
+#if TB_WARPGEN
     __shared__ int s_gen[3];  // warp 0's outcome, |U|, chain failed
-#if KDTR_TB_RACING
+#if TB_RACING
     if ((tid >> 5) != 1) {  // warp 1 runs the replay below meanwhile; no block barrier until both are done
-      const SelectGroup g{tid < 32 ? tid : tid - 32, KDTR_BLOCK - 32, &s_race};
+      const SelectGroup g{tid < 32 ? tid : tid - 32, KERNEL_BLOCK - 32, &s_race};
       if (tid < 32) {
         int n_u = 0, chain_failed = 0;
         const int st = warp_generate(u, select_cap, lp, lp_stride, L, K, B, &n_u, &chain_failed, &s_race);
@@ -1215,14 +1215,14 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
     __syncthreads();
     const int st = s_gen[0] != kSelected ? s_gen[0]
                                          : select_finish(u, s_gen[1], s_gen[2], lp, lp_stride, L, K, B, replayed,
-                                                         &s_count, SelectGroup{tid, KDTR_BLOCK, nullptr});
+                                                         &s_count, SelectGroup{tid, KERNEL_BLOCK, nullptr});
 #endif
 #else
     const int st = select_build(u, select_cap, g_lp, L, K_in, K, B, replayed, &s_count);
 #endif
-#if !KDTR_TB_RACING
-    replay = st == kOverflow || (st == kUnverified && KDTR_TB_FALLBACK != 0);
-#if KDTR_TB_FALLBACK == 2
+#if !TB_RACING
+    replay = st == kOverflow || (st == kUnverified && TB_FALLBACK != 0);
+#if TB_FALLBACK == 2
     if (tid == 0) s_select_status = st;
 #endif
     __syncthreads();  // U is dead from here on: the replay reuses its space
@@ -1230,11 +1230,11 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   }
 #endif
   // ---- the pops: one warp (warp 0, or warp 1 in a race), each lane caching the best of its own slots -------
-  if (replay && (tid >> 5) == (KDTR_TB_RACING ? 1 : 0)) {
+  if (replay && (tid >> 5) == (TB_RACING ? 1 : 0)) {
     const int lane = tid & 31;
     for (int x = lane; x < nwords; x += 32) words[x] = 0ull;  // the root's tuple (a failed selection used it)
     __syncwarp();
-#if KDTR_TB_RACING
+#if TB_RACING
     lane_cached_replay(frontier, words, nwords, lp, lp_stride, L, K, B, replayed, &s_count, lane, &s_race);
     if (lane == 0) atomicCAS(&s_race, kUndecided, kReplayWon);  // no-op when the selection won first
 #else
@@ -1245,7 +1245,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   __syncthreads();
 
   // ---- outputs, all threads -----------------------------------------------------------------------------
-#if KDTR_TB_RACING
+#if TB_RACING
   const int race_word = s_race;
   const bool selection_won = race_winner(race_word) == kSelectWon;
   const BuiltNodes built = selection_won ? selected : replayed;
@@ -1258,7 +1258,7 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
   const int P = prefix_lens[b];
   const size_t row0 = size_t(b) * D;
   if (tid == 0) n_nodes[b] = n;
-#if KDTR_TB_SELECT && KDTR_TB_FALLBACK == 2
+#if TB_SELECT && TB_FALLBACK == 2
   if (tid == 0 && select_on && s_select_status != kSelected)
     n_nodes[b] = -s_select_status;  // measuring: -1 unverified, -2 overflow
 #endif
@@ -1314,12 +1314,12 @@ extern "C" __global__ void KDTR_TB_BOUNDS tree_build_kernel(
 // on the device, so that a call on device-resident inputs needs no host copy and can be graph-captured.
 // Any failure sets *flag; the host reads the flag after the call and only then copies the inputs and runs
 // the contract's validate(), which raises the named error (the messages are written once, in the contract).
-// grid = bs, block = KDTR_BLOCK; the build kernel runs after it whatever the flag (it stays in bounds on any
+// grid = bs, block = KERNEL_BLOCK; the build kernel runs after it whatever the flag (it stays in bounds on any
 // values) and its outputs are never handed out when the flag is set.
 constexpr int kCheckTable = 2048;  // open addressing for one row's ids
-static_assert(kCheckTable >= 2 * KDTR_MAX_TOPK, "the id table must stay at most half full");
+static_assert(kCheckTable >= 2 * CONTRACT_MAX_TOPK, "the id table must stay at most half full");
 
-extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_check_kernel(
+extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_build_check_kernel(
     const float* __restrict__ top_logp, const int* __restrict__ top_ids, const int* __restrict__ root_tokens,
     const int* __restrict__ prefix_lens, int L, int K_in, int B, unsigned* __restrict__ flag) {
   __shared__ int table[kCheckTable];
@@ -1332,7 +1332,7 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_build_check_kernel
     bad |= v != v || v > 0.f || (k % K_in > 0 && v > lp[k - 1]) || ids[k] < 0;
   }
   if (tid == 0)  // root token, prefix length, context limit (prefix_len + D)
-    bad |= root_tokens[b] < 0 || prefix_lens[b] < 0 || (long long)prefix_lens[b] + 1 + B > KDTR_MAX_CONTEXT;
+    bad |= root_tokens[b] < 0 || prefix_lens[b] < 0 || (long long)prefix_lens[b] + 1 + B > CONTRACT_MAX_CONTEXT;
   for (int d = 0; d < L && K_in > 1; ++d) {  // distinct ids per row
     for (int i = tid; i < kCheckTable; i += blockDim.x) table[i] = -1;
     __syncthreads();

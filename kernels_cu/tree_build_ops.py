@@ -30,7 +30,7 @@ from .specs import KernelSpec
 
 def prepare(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Prepared:
     """Validate a tree_build call (the contract's signature) and set it up on the device for `spec`. race_min_b
-    (a race build's tuning knob): the budget the launch races from, instead of the spec's KDTR_TB_RACE_MIN_B."""
+    (a race build's tuning knob): the budget the launch races from, instead of the spec's TB_RACE_MIN_B."""
     return _prepare_checked(spec, args, kwargs, race_min_b)[0]
 
 
@@ -98,9 +98,9 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **k
 
 
 def policies(spec: KernelSpec) -> tuple[int, int, int]:
-    """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
+    """The spec's geometry policies: (TB_STAGE_LP, TB_SELECT, TB_RACE)."""
     d = spec.all_defines()
-    return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
+    return int(d["TB_STAGE_LP"]), int(d["TB_SELECT"]), int(d["TB_RACE"])
 
 
 # The limit the geometry header is given: the per-block limit less 64 bytes (the header keeps another
@@ -110,7 +110,7 @@ STATIC_ALLOWANCE = 64
 
 def smem_limit(spec: KernelSpec, block_limit: int) -> int:
     """The shared-memory limit tree_build.cuh sizes `spec`'s launch by, on a GPU whose blocks may use block_limit
-    bytes: under the spec's own budget where it names one (KDTR_SMEM_BUDGET: the *_99k variants)."""
+    bytes: under the spec's own budget where it names one (KERNEL_SMEM_BUDGET: the *_99k variants)."""
     own = geometry.spec_smem_budget(spec)
     return (min(block_limit, own) if own > 0 else block_limit) - STATIC_ALLOWANCE
 
@@ -125,12 +125,12 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
 
 def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None, sm_count: int | None = None) -> KernelSpec:
     """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
-    races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh). sm_count: this
+    races from (race_min_b, else the spec's TB_RACE_MIN_B) the replay's (tree_build.cuh). sm_count: this
     GPU's unless given (a question asked without a GPU)."""
     d = spec.all_defines()
-    if not int(d["KDTR_TB_RACE"]):
+    if not int(d["TB_RACE"]):
         return spec
-    min_b = int(d["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
+    min_b = int(d["TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
     sms = runtime.sm_count() if sm_count is None else sm_count
     other = geometry.tree_build_race_launch(bs, B, sms, min_b)
     return specs.get("tree_build", other) if other else spec
@@ -168,27 +168,27 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
 
 
 # ---- the select variants' fallback, counted ----------------------------------------------------------------
-# A select variant (KDTR_TB_SELECT) whose selection fails a check or whose candidates overflow replays the heap
+# A select variant (TB_SELECT) whose selection fails a check or whose candidates overflow replays the heap
 # instead: the tree stays the reference's, so only the time would show that it happened. Its reporting build (the
-# same source and defines plus KDTR_TB_FALLBACK = 2, tree_build.cu) replays the same way and then writes why in the
+# same source and defines plus TB_FALLBACK = 2, tree_build.cu) replays the same way and then writes why in the
 # request's n_nodes instead of the node count; these are the codes. The benchmark (perf/bench_tree_build.py, through
 # harness/bench/fallbacks.py) and lab/tree_build_dev.py's `fallbacks` count them here, with one reporting build.
 FALLBACK_CODES = {-1: "checks_failed", -2: "overflowed"}
 
 
 def selects(spec: KernelSpec) -> bool:
-    """Whether spec's build selects before it replays (KDTR_TB_SELECT): the variants that can fall back."""
+    """Whether spec's build selects before it replays (TB_SELECT): the variants that can fall back."""
     return policies(spec)[1] != 0
 
 
 def reporting_spec(spec: KernelSpec) -> KernelSpec:
-    """spec built to report its fallbacks in n_nodes (KDTR_TB_FALLBACK = 2). Its patches are kept, so that a planted
+    """spec built to report its fallbacks in n_nodes (TB_FALLBACK = 2). Its patches are kept, so that a planted
     build (harness/kernel_mutants.py) is measured as it was built. A race build's reporting build runs the selection
     first and the replay after it instead of racing them (tree_build.cu), so that what it reports is the selection's
     outcome in every request, not which of the two finished first."""
     if not selects(spec):
-        raise ValueError(f"{spec.name} has no selection to fall back from (KDTR_TB_SELECT = 0)")
-    return spec.with_defines(f"{spec.variant}_report", KDTR_TB_FALLBACK="2")
+        raise ValueError(f"{spec.name} has no selection to fall back from (TB_SELECT = 0)")
+    return spec.with_defines(f"{spec.variant}_report", TB_FALLBACK="2")
 
 
 def selection_off(
@@ -204,11 +204,11 @@ def selection_off(
     launched = _launched(spec, bs, B, race_min_b, sm_count)
     if launched.variant != spec.variant:
         return f"the launch runs {launched.variant}'s build (tree_build.cuh: race budget or wave)"
-    # KDTR_TB_SELECT_MIN_B: only design builds name it (lab/tree_build_dev.py); the kernel's default 0 selects
+    # TB_SELECT_MIN_B: only design builds name it (lab/tree_build_dev.py); the kernel's default 0 selects
     # at every budget
-    min_b = int(spec.all_defines().get("KDTR_TB_SELECT_MIN_B", "0"))
+    min_b = int(spec.all_defines().get("TB_SELECT_MIN_B", "0"))
     if min_b > B:
-        return f"B = {B} is below KDTR_TB_SELECT_MIN_B = {min_b}"
+        return f"B = {B} is below TB_SELECT_MIN_B = {min_b}"
     if B <= 0 or L <= 0 or min(B, K_in) <= 0:
         return "an empty tree"
     if geometry.tree_build(B, L, K_in, smem_limit(spec, block_limit), *policies(spec))[2] <= 0:

@@ -56,8 +56,8 @@ CUtensorMap kv_tensor_map(const void* kv, int64_t num_pages, int64_t page_size) 
   return map;
 }
 
-// A spec's own shared-memory budget (its KDTR_SMEM_BUDGET: the *_99k variants), 0 when it names none.
-long long spec_smem_budget(const Variant& v) { return std::stoll(v.define_or("KDTR_SMEM_BUDGET", "0")); }
+// A spec's own shared-memory budget (its KERNEL_SMEM_BUDGET: the *_99k variants), 0 when it names none.
+long long spec_smem_budget(const Variant& v) { return std::stoll(v.define_or("KERNEL_SMEM_BUDGET", "0")); }
 
 // tree_build's limit (as kernels_cu/tree_build_ops.py's smem_limit): the GPU's, or 64 bytes under the spec's
 // own budget where that is smaller.
@@ -72,13 +72,13 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   needs_source(v, "tree_build.cu");
   const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
   const int K = B < K_in ? B : K_in;
-  const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
-  const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
-  const bool race = std::stoi(v.define("KDTR_TB_RACE")) != 0;
+  const int policy = std::stoi(v.define("TB_STAGE_LP"));
+  const int select_policy = std::stoi(v.define("TB_SELECT"));
+  const bool race = std::stoi(v.define("TB_RACE")) != 0;
   // a race build: beyond a wave of races or below its budget, the replay's own build runs the batch
   // (tree_build.cuh)
-  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("KDTR_TB_RACE_MIN_B"))))
-    return launch_tree_build(pick("tree_build", KDTR_TB_WIDE_BATCH_VARIANT), d);
+  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("TB_RACE_MIN_B"))))
+    return launch_tree_build(pick("tree_build", TB_WIDE_BATCH_VARIANT), d);
   const long long limit = tree_build_limit(v);
   const bool stage = tree_build_stages_lp(B, L, K, limit, policy);
   int select_cap = tree_build_select_cap(B, L, K, limit, select_policy, stage, race);
@@ -116,7 +116,7 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
   const Variant& v = served ? requested : portable;
   const int var = served ? tv::kSm90a : (d.bf16 ? tv::kBf16 : tv::kF32);
   // the shared memory the variant's kernels were built for on this GPU's arch: it picks portable's tile
-  const long long budget = kdtr_smem_budget(spec_smem_budget(v), gpu().cc);
+  const long long budget = kernel_smem_budget(spec_smem_budget(v), gpu().cc);
   const long long QH = d.Q * d.H;
   // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
   std::vector<long long> chunk(size_t(d.bs)), first(size_t(d.bs), 0);
