@@ -21,16 +21,37 @@ void geom_arch_limits_row(int cc, long long* out) {
 }
 long long geom_smem_budget_for(long long spec_budget, int cc) { return kernel_smem_budget(spec_budget, cc); }
 
-// tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity,
-// for the variant's policies (TB_STAGE_LP, TB_SELECT, TB_RACE) and the device's per-block limit.
+// tree_build: the variant types (by tb::VariantId), their names and each one's policy row: strategy, stage_lp,
+// select_cap, race_min_b, hand_off (tree_build_variants.cuh).
+int geom_tree_build_variant_count() { return tb::kVariants; }
+const char* geom_tree_build_variant_name(int variant) { return tb::variant_name(variant); }
+void geom_tree_build_policy(int variant, int* out) {
+  const tb::Policy p = tb::policy(variant);
+  out[0] = p.strategy, out[1] = p.stage_lp, out[2] = p.select_cap, out[3] = p.race_min_b, out[4] = p.hand_off;
+}
+
+// tree_build's launch rule (tree_build_launch, tree_build.cuh) for variant `variant` with policy row `policy` (the
+// table's, or a design build's): out = the variant whose build runs, lp_in_smem, select_cap, dynamic shared memory
+// bytes, whether it selects.
+void geom_tree_build_launch(const int* policy, int variant, int bs, int B, int L, int K_in, long long smem_limit,
+                            int sm_count, int race_min_b, int select_min_b, long long* out) {
+  const tb::Policy p{policy[0], policy[1], policy[2], policy[3], policy[4]};
+  const TreeBuildLaunch l = tree_build_launch(p, variant, bs, B, L, K_in, smem_limit, sm_count, race_min_b,
+                                              select_min_b);
+  out[0] = l.variant, out[1] = l.geometry.stage_lp ? 1 : 0, out[2] = l.geometry.select_cap, out[3] = l.geometry.smem;
+  out[4] = l.selects ? 1 : 0;
+}
+
+// tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity, for the
+// layout policies (stage_lp, select_cap, whether it races) and the device's per-block limit.
 void geom_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, int select_policy,
                               int race, long long* out) {
-  const int K = B < K_in ? B : K_in;
-  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage, race != 0);
-  out[0] = tree_build_smem(B, L, K, stage, cap, race != 0).total;
-  out[1] = stage ? 1 : 0;
-  out[2] = cap;
+  const TreeBuildGeometry g =
+      tree_build_geometry_of(tb::Policy{race ? int(tb::kRace) : int(tb::kHeapPop), stage_policy, select_policy, 0, -1},
+                             B, L, K_in, smem_limit);
+  out[0] = g.smem;
+  out[1] = g.stage_lp ? 1 : 0;
+  out[2] = g.select_cap;
 }
 
 // tree_build: the most dynamic shared memory the variant's launch asks for anywhere in the contract's limits
@@ -47,13 +68,6 @@ void geom_tree_build_smem_max(long long smem_limit, int stage_policy, int select
         if (bytes > out[0]) out[0] = bytes, out[1] = B, out[2] = L, out[3] = K;
       }
 }
-
-// tree_build, a race build: whether a launch of bs requests on sm_count SMs races the selection (else it is the
-// launch of the variant geom_tree_build_wide_batch_variant() names).
-int geom_tree_build_race_selects(int bs, int B, int sm_count, int min_b) {
-  return tree_build_race_selects(bs, B, sm_count, min_b);
-}
-const char* geom_tree_build_wide_batch_variant() { return TB_WIDE_BATCH_VARIANT; }
 
 // tree_accept: dynamic shared memory for tree width D.
 long long geom_tree_accept_smem(int D) { return tree_accept_smem_bytes(D); }

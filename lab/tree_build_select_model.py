@@ -1,4 +1,4 @@
-"""A sequential Python model of tree_build's select-then-verify path (kernels_cu/tree_build.cu, TB_SELECT),
+"""A sequential Python model of tree_build's select-then-verify path (kernels_cu/tree_build_device/level_select.cuh),
 for trying changes to the algorithm on a CPU before spending GPU time: the same levels, thresholds, staircase
 caps, trial rounds, capacity and checks, one request at a time, with counters of the work it does.
 

@@ -5,6 +5,7 @@
 #include <cuda.h>  // CUtensorMap (the sm90a kernel's cache descriptor); the driver is reached through cudart
 #include <cudaTypedefs.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "arch_limits.cuh"
@@ -66,30 +67,34 @@ long long tree_build_limit(const Variant& v) {
   return own > 0 && own < gpu().smem_optin ? own : gpu().smem_optin;
 }
 
+// The variant type a tree_build build instantiates (its TB_VARIANT: a `_99k` twin's is its base's), as its index in
+// tree_build_variants.cuh's table.
+int tree_build_type(const Variant& v) {
+  const std::string type = v.define("TB_VARIANT");
+  for (int id = 0; id < tb::kVariants; ++id)
+    if (type == tb::variant_name(id)) return id;
+  throw std::logic_error(v.name() + ": TB_VARIANT=" + type + " names no type of tree_build_variants.cuh");
+}
+
 }  // namespace
 
+// Which build runs a launch and with what geometry: tree_build_launch() in tree_build.cuh, the rule the Python
+// wrapper asks too (nothing of it is restated here).
 void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   needs_source(v, "tree_build.cu");
-  const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
-  const int K = B < K_in ? B : K_in;
-  const int policy = std::stoi(v.define("TB_STAGE_LP"));
-  const int select_policy = std::stoi(v.define("TB_SELECT"));
-  const bool race = std::stoi(v.define("TB_RACE")) != 0;
-  // a race build: beyond a wave of races or below its budget, the replay's own build runs the batch
-  // (tree_build.cuh)
-  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("TB_RACE_MIN_B"))))
-    return launch_tree_build(pick("tree_build", TB_WIDE_BATCH_VARIANT), d);
-  const long long limit = tree_build_limit(v);
-  const bool stage = tree_build_stages_lp(B, L, K, limit, policy);
-  int select_cap = tree_build_select_cap(B, L, K, limit, select_policy, stage, race);
-  const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap, race).total);
-  int lp_in_smem = stage ? 1 : 0;
+  const int type = tree_build_type(v);
+  const TreeBuildLaunch plan = tree_build_launch(tb::policy(type), type, int(d.bs), int(d.budget), int(d.L),
+                                                 int(d.K_in), tree_build_limit(v), gpu().sm_count);
+  const Variant& runs = plan.variant == type ? v : pick("tree_build", tb::variant_name(plan.variant));
+  int L = int(d.L), K_in = int(d.K_in), B = int(d.budget);
+  int lp_in_smem = plan.geometry.stage_lp ? 1 : 0, select_cap = plan.geometry.select_cap;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
                   (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem, &select_cap,
                   (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
                   (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
                   (void*)&d.next_sibling, (void*)&d.full_mask};
-  launch(v, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
+  launch(runs, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(runs.block)), size_t(plan.geometry.smem),
+         args);
 }
 
 void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
