@@ -57,9 +57,7 @@ def test_tree_build_launch_rule_is_the_headers():
     for restated in ("race_selects", "stages_lp", "select_cap(", "tree_build_smem(", "race_min_b", "lane_cached",
                      "hand_off", "\"TB_"):  # fmt: skip
         assert restated not in body, f"launch_tree_build restates the launch rule ({restated!r})"
-    assert [d for d in set(re.findall(r'define\("(\w+)"\)', src)) if d.startswith("TB_")] == [
-        "TB_VARIANT"
-    ]
+    assert [d for d in set(re.findall(r'define\("(\w+)"\)', src)) if d.startswith("TB_")] == ["TB_VARIANT"]
     ops = (ROOT / "kernels_cu" / "tree_build_ops.py").read_text()
     assert ops.count("geometry.tree_build_launch(") == 1
     for restated in ("race_selects", "lane_cached", "hand_off", 'TB_RACE_MIN_B"]', 'TB_STAGE_LP"]'):
