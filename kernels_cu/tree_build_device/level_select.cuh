@@ -272,7 +272,7 @@ __device__ __forceinline__ int select_build(const SelectSet& u, int cap, const f
     }
     __syncthreads();
   }
-  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KERNEL_BLOCK, nullptr});
+  return select_finish(u, sh_n, sh_fail, lp, K_in, L, K, B, o, count, SelectGroup{tid, KERNEL_BLOCK, nullptr, 0u});
 }
 
 }  // namespace tb

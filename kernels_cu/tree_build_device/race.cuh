@@ -9,6 +9,12 @@
 
 namespace tb {
 
+// The race's synchronisation of the selection's threads (SelectGroup, select.cuh): an mbarrier that expects one
+// arrival of each of them per phase, initialised by thread 0 before the block barrier that starts the race.
+__device__ __forceinline__ void mbarrier_init(unsigned bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
 // The whole block. select_on: whether the launch selects (tree_build_selection_on); u: the candidates, in the race's
 // region (after the selection's own nodes, `selected`); the replay writes `replayed` and 1 + its node count to
 // *count. *race ends as the winner's word (race_winner; the selection's count above kRaceCountShift): the caller
@@ -19,18 +25,23 @@ __device__ __forceinline__ void race_build(bool select_on, const SelectSet& u, i
                                            int* race) {
   static_assert(KERNEL_BLOCK >= 128, "a race needs warps besides the selection's generator and the replay");
   __shared__ int s_gen[3];  // warp 0's outcome, |U|, chain failed
+  __shared__ __align__(8) unsigned long long s_bar;
   const int tid = threadIdx.x, D = B + 1;
   constexpr int kGroup = KERNEL_BLOCK - 32;  // the selection's threads: every warp but warp 1
+  const unsigned bar = static_cast<unsigned>(__cvta_generic_to_shared(&s_bar));
   if (select_on)
     for (int i = tid; i < D; i += blockDim.x) {
       selected.parent[i] = -1; selected.depth[i] = 0; selected.rank[i] = -1; selected.first[i] = -1;
       selected.next[i] = -1; selected.score[i] = i == 0 ? 0.0 : -CUDART_INF;
     }
-  if (tid == 0) *race = kUndecided;
+  if (tid == 0) {
+    *race = kUndecided;
+    mbarrier_init(bar, kGroup);
+  }
   __syncthreads();
   if (select_on) {
     if ((tid >> 5) != 1) {  // warp 1 runs the replay below meanwhile; no block barrier until both are done
-      const SelectGroup g{tid < 32 ? tid : tid - 32, kGroup, race};
+      const SelectGroup g{tid < 32 ? tid : tid - 32, kGroup, race, bar};
       if (tid < 32) {
         int n_u = 0, chain_failed = 0;
         const int st = warp_generate(u, cap, lp, ls, L, K, B, &n_u, &chain_failed, race);

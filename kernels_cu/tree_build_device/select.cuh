@@ -78,13 +78,26 @@ __device__ __forceinline__ bool sel_before(const SelectSet& u, int i, int j) {
 enum SelectStatus { kSelected = 0, kUnverified = 1, kOverflow = 2 };
 
 // The threads that finish a selection (rank, check, write S): the whole block (race == nullptr), or in a race
-// every warp but the replay's (warp 1), synchronised by the named barrier 1 so that the racing warp never has
-// to join, and stopping when the race's word says the replay has won.
+// every warp but the replay's (warp 1), synchronised by the race's mbarrier (race.cuh; `bar` is its shared-memory
+// address, `size` its arrival count) so that the racing warp never has to join, and stopping when the race's word
+// says the replay has won. (A named barrier, bar.sync 1 with `size` threads, synchronised the same threads before:
+// compute-sanitizer's racecheck does not order shared-memory accesses across one against a later __syncthreads() and
+// reported hazards on some inputs, lab/sanitizer/named_barrier_race.cu; it models an mbarrier's arrive and wait.)
+__device__ __forceinline__ void mbarrier_arrive_and_wait(unsigned bar) {
+  unsigned long long state;
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];\n" : "=l"(state) : "r"(bar) : "memory");
+  asm volatile(
+      "{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.shared::cta.b64 p, [%0], %1;\n@!p bra WAIT;\n}\n" ::"r"(bar),
+      "l"(state)
+      : "memory");
+}
+
 struct SelectGroup {
   int tid, size;
   const volatile int* race;
+  unsigned bar;
   __device__ __forceinline__ void sync() const {
-    if (race != nullptr) asm volatile("bar.sync 1, %0;" ::"r"(size) : "memory");
+    if (race != nullptr) mbarrier_arrive_and_wait(bar);
     else __syncthreads();
   }
 };

@@ -333,7 +333,7 @@ __device__ __forceinline__ int warp_select(const SelectSet& u, int cap, const fl
   __syncthreads();
   return s_gen[0] != kSelected ? s_gen[0]
                                : select_finish(u, s_gen[1], s_gen[2], lp, ls, L, K, B, o, count,
-                                               SelectGroup{tid, KERNEL_BLOCK, nullptr});
+                                               SelectGroup{tid, KERNEL_BLOCK, nullptr, 0u});
 }
 
 }  // namespace tb
