@@ -18,29 +18,29 @@ import struct
 from kernels_cu import specs
 
 # tree_build's strategy headers (kernels_cu/tree_build_device/): a mutant of one names it as its file
-TB_NODES = "tree_build_device/nodes.cuh"
-TB_LANE = "tree_build_device/lane_pop.cuh"
-TB_SELECT = "tree_build_device/select.cuh"
-TB_LEVEL = "tree_build_device/level_select.cuh"
-TB_WARP = "tree_build_device/warp_select.cuh"
-TB_RACE = "tree_build_device/race.cuh"
+H_NODES = "tree_build_device/nodes.cuh"
+H_LANE = "tree_build_device/lane_pop.cuh"
+H_SELECT = "tree_build_device/select.cuh"
+H_LEVEL = "tree_build_device/level_select.cuh"
+H_WARP = "tree_build_device/warp_select.cuh"
+H_RACE = "tree_build_device/race.cuh"
 
 MUTANTS: dict[str, tuple[str, ...]] = {
     # tree_build: every build's tie order (tree_build_device/nodes.cuh), the lane-cached replay's successors and its
     # -inf successors (lane_pop.cuh: every variant but the heap pops replays by it), the layouts (tree_build.cu)
-    "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;", TB_NODES),
+    "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;", H_NODES),
     "k_tb_reassociated_sibling": (
         "tree_build",
         "__dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]))",
         "__dadd_rn(e.score, __dsub_rn(double(row[e.rank + 1]), double(row[e.rank])))",
-        TB_LANE,
+        H_LANE,
     ),
     "k_tb_mask_without_self": (
         "tree_build",
         "      acc |= 1u << (j & 31);\n",
         "      if (j != i || j == 0) acc |= 1u << (j & 31);\n",
     ),
-    "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {", TB_LANE),
+    "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {", H_LANE),
     "k_tb_full_mask_offset": (
         "tree_build",
         "(long long)D * D * b + (long long)D * s_prefix_sum",
@@ -52,60 +52,60 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "tree_build",
         "      n += 1;\n      changed = true;\n",
         "      n += 1;\n",
-        TB_LANE,
+        H_LANE,
     ),
     "k_tb_lane_stale_successors": (  # a new best keeps the successor scores of the lane's previous best
         "tree_build",
         "if (bj >= 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
         "if (bj < 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
-        TB_LANE,
+        H_LANE,
     ),
     "k_tb_lane_sibling_link_to_parent": (  # the next-sibling link written on the parent, not the previous sibling
         "tree_build",
         "else o.next[gen] = node;",
         "else o.next[e.parent] = node;",
-        TB_LANE,
+        H_LANE,
     ),
     "k_tb_lane_signed_zero_key": (  # -0.0 keyed below +0.0: equal scores ordered by sign, not by rank tuple
         "tree_build",
         "__double_as_longlong(s == 0.0 ? 0.0 : s)",
         "__double_as_longlong(s)",
-        TB_NODES,
+        H_NODES,
     ),
     "k_tb_lane_rescan_skips_last": (
         "tree_build",
         "for (int j = 0; j < n; ++j) {",
         "for (int j = 0; j < n - 1; ++j) {",
-        TB_LANE,
+        H_LANE,
     ),
     "k_tb_lane_tie_first_lane": (  # equal scores in several lanes: the lowest lane wins, whatever its tuple
         "tree_build",
         "if (tied & (tied - 1)) {  // equal scores",
         "if (false) {  // equal scores",
-        TB_LANE,
+        H_LANE,
     ),
     # tree_build:select_verify (tb::kLevelSelect): the replay where the selection is not the heap's (select.cuh,
     # every select build), and the stability check of the sibling-chain shortcut (level_select.cuh)
-    "k_tb_select_no_fallback": ("tree_build", "#define TB_FALLBACK 1", "#define TB_FALLBACK 0", TB_SELECT),
+    "k_tb_select_no_fallback": ("tree_build", "#define TB_FALLBACK 1", "#define TB_FALLBACK 0", H_SELECT),
     "k_tb_select_chain_unchecked": (
         "tree_build",
         "if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;",
         "if (false) sh_fail = 1;",
-        TB_LEVEL,
+        H_LEVEL,
     ),
     # tree_build:select_warp (tb::kWarpSelect, warp_select.cuh): the warp's own chain check, raise of tau, compaction
-    "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;", TB_WARP),
+    "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;", H_WARP),
     "k_tb_warp_tau_overshoots": (  # tau raised where only B/2 nodes reach it: the selection misses nodes of S
         "tree_build",
         "if (__reduce_add_sync(0xffffffffu, c[w]) >= B && nlo == lo) {",
         "if (__reduce_add_sync(0xffffffffu, c[w]) >= B / 2 && nlo == lo) {",
-        TB_WARP,
+        H_WARP,
     ),
     "k_tb_warp_compaction_keeps_old_parent": (
         "tree_build",
         "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.aux[j] = dw;\n",  # warp_compact's (unique)
         "      u.meta[j] = m;\n      u.aux[j] = dw;\n",
-        TB_WARP,
+        H_WARP,
     ),
     # tree_build:select_race (tb::kRace): the winner's nodes (tree_build.cu's layouts), and only a checked selection
     # may win (race.cuh) (the loser's count, not its nodes: a loser's half-written parent chain can loop the
@@ -119,7 +119,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "tree_build",
         "      if (g.tid == 0 && st == kSelected)\n",
         "      if (g.tid == 0 && st != kOverflow)\n",
-        TB_RACE,
+        H_RACE,
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (
@@ -346,7 +346,7 @@ SLOWDOWNS = {
         "tree_build",
         "  const int status = sh_fail ? kUnverified : kSelected;\n",
         "  const int status = kUnverified;  // planted: every selection fails its check\n",
-        TB_SELECT,
+        H_SELECT,
     ),
 }
 
