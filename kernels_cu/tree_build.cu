@@ -10,7 +10,8 @@
 // zero padded: comparing the words and then the depth is exactly lexicographic order with prefixes first.
 // Sorting the top-B set instead of replaying pops is faster, but it differs from the heap when float64
 // rounding makes a sibling beat its predecessor by an ulp (round-half-even can): the select-then-verify
-// variant (select_verify and the builds after it) checks that the heap would pop its selection and replays where not.
+// variants (select_verify and the builds after it) check that the heap would pop their selection and replay where
+// not.
 //
 // The variants are types (tree_build_variants.cuh): this file is one kernel template, build_tree<V>, whose code
 // each variant's strategy picks by `if constexpr`, instantiated once per build as tree_build_kernel for the variant
