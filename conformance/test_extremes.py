@@ -183,7 +183,7 @@ SELECTED, UNVERIFIED, OVERFLOW, ALONE = "selected", "check failed", "overflow", 
 @pytest.mark.spec("TB.2.2", "TB.2.3")
 @pytest.mark.parametrize("variant", [v + t for v in SELECT_VARIANTS for t in ("", "_99k")])
 def test_deep_ties_take_every_select_path(variant):
-    """The select variants built to report their path in n_nodes (KDTR_TB_FALLBACK=2: -1 a check failed, -2 the
+    """The select variants built to report their path in n_nodes (TB_FALLBACK=2: -1 a check failed, -2 the
     candidates overflowed; the selection first, the replay after it, also in a race build) on the depth-32 tie
     cases, racing at every budget: the selection is taken on some requests, replayed after an overflow on others
     and after a failed check on others (where the build has room for candidates at that case's budget: the table
@@ -194,7 +194,7 @@ def test_deep_ties_take_every_select_path(variant):
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     spec = specs.get("tree_build", variant)
-    build = tree_build_ops.bind(spec.with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2"), race_min_b=1)
+    build = tree_build_ops.bind(spec.with_defines(f"{variant}_report", TB_FALLBACK="2"), race_min_b=1)
     limit = tree_build_ops.smem_limit(spec, runtime.smem_optin_limit())
     seen: dict[str, set] = collections.defaultdict(set)
     for name in DEEP:

@@ -149,16 +149,32 @@ def test_race_geometry_and_launch_rule():
     smem_race_1k, _, cap_race_1k = geometry.tree_build(1024, 15, 1024, limit, 2, 1, 1)
     assert 1024 + 2 <= cap_race_1k < cap_seq_1k and smem_race_1k <= limit - 1024
     assert geometry.tree_build(64, 15, 64, 0, 2, 1, 1)[2] == 0  # nothing fits: the replay alone
-    # one race per SM, two at B >= 512, and from the spec's budget on; otherwise the batch goes to lane_cached
-    min_b = int(specs.get("tree_build", "select_race").all_defines()["KDTR_TB_RACE_MIN_B"])
-    assert min_b == 256
-    assert geometry.tree_build_race_launch(132, 256, 132, min_b) is None
-    assert geometry.tree_build_race_launch(133, 256, 132, min_b) == "lane_cached"
-    assert geometry.tree_build_race_launch(1, 128, 132, min_b) == "lane_cached"
-    assert geometry.tree_build_race_launch(1, 64, 132, 1) is None
-    assert geometry.tree_build_race_launch(264, 512, 132, min_b) is None
-    assert geometry.tree_build_race_launch(265, 1024, 132, min_b) == "lane_cached"
-    assert specs.get("tree_build", "lane_cached").all_defines()["KDTR_TB_SELECT"] == "0"
+    # one race per SM, two at B >= 512, and from the type's budget on; otherwise the batch goes to lane_cached
+    race = geometry.tree_build_policy("select_race")
+    assert race["race_min_b"] == 256 and geometry.tree_build_variants()[race["hand_off"]] == "lane_cached"
+
+    def runs(bs, B, min_b=None):
+        return geometry.tree_build_launch("select_race", race, bs, B, 15, 64, limit, 132, min_b)["variant"]
+
+    assert runs(132, 256) == "select_race"
+    assert runs(133, 256) == "lane_cached"
+    assert runs(1, 128) == "lane_cached"
+    assert runs(1, 64, 1) == "select_race"
+    assert runs(264, 512) == "select_race"
+    assert runs(265, 1024) == "lane_cached"
+    assert geometry.tree_build_policy("lane_cached")["select_cap"] == 0
+
+
+@pytest.mark.spec("KB.1.5")
+def test_tree_build_variants_are_types():
+    """Every tree_build spec names a variant type of tree_build_variants.cuh (its `_99k` twin its base's) and nothing
+    else: no policy define (the type holds them) and none of the design overrides only lab/tree_build_dev.py uses."""
+    types = geometry.tree_build_variants()
+    for s in specs.for_op("tree_build"):
+        d = s.all_defines()
+        assert d["TB_VARIANT"] == s.variant.removesuffix("_99k") and d["TB_VARIANT"] in types, s.name
+        assert set(d) <= {"KERNEL_BLOCK", "TB_VARIANT", "KERNEL_SMEM_BUDGET"}, (s.name, d)
+    assert sorted(types) == sorted({s.variant.removesuffix("_99k") for s in specs.for_op("tree_build")})
 
 
 @pytest.mark.gpu
@@ -277,7 +293,7 @@ def test_99k_variant_builds_what_sm120_runs(spec):
     sm_120 build plans, from the same source and defines: what an H200 certifies is what an sm_120 GPU runs."""
     base = specs.get(spec.slug, spec.variant.removesuffix("_99k"))
     assert spec.source == base.source and spec.archs == ("sm_90",) and "sm_120" in base.archs
-    assert {k: v for k, v in spec.defines if k != "KDTR_SMEM_BUDGET"} == dict(base.defines)
+    assert {k: v for k, v in spec.defines if k != "KERNEL_SMEM_BUDGET"} == dict(base.defines)
     sm120 = geometry.arch_limits("sm_120")["smem_per_block_optin"]
     assert (
         specs.SM120_SMEM_BUDGET == sm120 == geometry.smem_budget(spec, "sm_90") == geometry.smem_budget(base, "sm_120")

@@ -203,7 +203,7 @@ def test_usable_after_bad_input(impl):
 
 def runs(impl, case):
     """The op's results on `case`; for select_race twice: as launched (its launch hands budgets below its
-    KDTR_TB_RACE_MIN_B to lane_cached's build) and with the race at every budget (the knob race_min_b = 1), so
+    type's race_min_b to lane_cached's build) and with the race at every budget (the knob race_min_b = 1), so
     that these clauses check the race build itself on small trees too."""
     return [run(impl, case, race_min_b=m) for m in impl.knob_values("tree_build", "race_min_b", [None, 1])]
 
@@ -488,7 +488,7 @@ def _select_reporting_fallbacks(variant):
 
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
-    spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", KDTR_TB_FALLBACK="2")
+    spec = specs.get("tree_build", variant).with_defines(f"{variant}_report", TB_FALLBACK="2")
     return tree_build_ops.bind(spec, race_min_b=1 if "race_min_b" in spec.knobs else None)  # race at every budget
 
 
@@ -514,7 +514,11 @@ def test_race_beyond_a_wave_replays_alone(B, L, K):
     if not device.probe().ok:
         pytest.skip(f"GPU unavailable: {device.probe().reason}")
     bs = 2 * runtime.sm_count() + 1
-    assert geometry.tree_build_race_launch(bs, B, runtime.sm_count(), 1) == "lane_cached", "the rule changed"
+    race = specs.get("tree_build", "select_race")
+    plan = geometry.tree_build_launch(
+        "select_race", tree_build_ops.policy(race), bs, B, L, K, 1 << 40, runtime.sm_count(), 1
+    )
+    assert plan["variant"] == "lane_cached", "the rule changed"
     rng = np.random.default_rng(B)
     lp = hh.logp_rows(rng, (bs, L, K), "bf16", 0.3)
     case = hh.topk_case(lp, hh.distinct_ids(rng, (bs, L, K)), np.arange(bs, dtype=np.int32), B, np.zeros(bs, np.int32))

@@ -25,7 +25,7 @@ def render() -> str:
     ]
     for name, value in limits.ALL.items():
         suffix = "LL" if value > 2**31 - 1 else ""
-        lines.append(f"#define KDTR_{name} {value}{suffix}")
+        lines.append(f"#define CONTRACT_{name} {value}{suffix}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,9 @@
 """Deliberately broken CUDA kernels: each is a source patch on the op's kernel build specs (every variant of
 that source), so the cache key hashes the patched source and nothing in kernels_cu knows about mutants.
-An entry is (op, old, new) for the op's main source kernels_cu/<op>.cu, or (op, old, new, source) for
-another source of the op (the sm90a variant's kernels_cu/tree_verify_sm90a.cu).
+An entry is (op, old, new) for the op's main source kernels_cu/<op>.cu, (op, old, new, source) for another
+source of the op (the sm90a variant's kernels_cu/tree_verify_sm90a.cu), or (op, old, new, header) for a header
+the op's sources include (tree_build's strategies, kernels_cu/tree_build_device/*.cuh): every spec of the op
+whose source includes it gets the patch.
 
 A pytest plugin: `pytest -p harness.kernel_mutants --kernel-mutant NAME ...` swaps the patched specs in
 before collection. meta/test_kernel_mutants.py runs the op's conformance tests with --impl cuda against each
@@ -15,74 +17,99 @@ import struct
 
 from kernels_cu import specs
 
+# tree_build's strategy headers (kernels_cu/tree_build_device/): a mutant of one names it as its file
+H_NODES = "tree_build_device/nodes.cuh"
+H_LANE = "tree_build_device/lane_pop.cuh"
+H_SELECT = "tree_build_device/select.cuh"
+H_LEVEL = "tree_build_device/level_select.cuh"
+H_WARP = "tree_build_device/warp_select.cuh"
+H_RACE = "tree_build_device/race.cuh"
+
 MUTANTS: dict[str, tuple[str, ...]] = {
-    "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;"),
+    # tree_build: every build's tie order (tree_build_device/nodes.cuh), the lane-cached replay's successors and its
+    # -inf successors (lane_pop.cuh: every variant but the heap pops replays by it), the layouts (tree_build.cu)
+    "k_tb_ties_reversed": ("tree_build", "if (wa != wb) return wa < wb;", "if (wa != wb) return wa > wb;", H_NODES),
     "k_tb_reassociated_sibling": (
         "tree_build",
         "__dadd_rn(__dsub_rn(e.score, double(row[e.rank])), double(row[e.rank + 1]))",
         "__dadd_rn(e.score, __dsub_rn(double(row[e.rank + 1]), double(row[e.rank])))",
+        H_LANE,
     ),
     "k_tb_mask_without_self": (
         "tree_build",
         "      acc |= 1u << (j & 31);\n",
         "      if (j != i || j == 0) acc |= 1u << (j & 31);\n",
     ),
-    "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {"),
+    "k_tb_inf_popped": ("tree_build", "if (s2 != -CUDART_INF) {", "if (true) {", H_LANE),
     "k_tb_full_mask_offset": (
         "tree_build",
         "(long long)D * D * b + (long long)D * s_prefix_sum",
         "(long long)D * D * b + s_prefix_sum",
     ),
-    # tree_build:lane_cached (KDTR_TB_POP = 1): the cached lane bests and their successors, the key order, the
-    # rescan, the ties, the sibling links
+    # tree_build:lane_cached (tb::kLanePop, lane_pop.cuh): the cached lane bests and their successors, the key order,
+    # the rescan, the ties, the sibling links
     "k_tb_lane_child_not_compared": (  # a lane keeps its stale best when it receives a better first child
         "tree_build",
         "      n += 1;\n      changed = true;\n",
         "      n += 1;\n",
+        H_LANE,
     ),
     "k_tb_lane_stale_successors": (  # a new best keeps the successor scores of the lane's previous best
         "tree_build",
         "if (bj >= 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
         "if (bj < 0) lane_successors(bs, bm, lp, ls, L, K, &s2, &s3);",
+        H_LANE,
     ),
     "k_tb_lane_sibling_link_to_parent": (  # the next-sibling link written on the parent, not the previous sibling
         "tree_build",
         "else o.next[gen] = node;",
         "else o.next[e.parent] = node;",
+        H_LANE,
     ),
     "k_tb_lane_signed_zero_key": (  # -0.0 keyed below +0.0: equal scores ordered by sign, not by rank tuple
         "tree_build",
         "__double_as_longlong(s == 0.0 ? 0.0 : s)",
         "__double_as_longlong(s)",
+        H_NODES,
     ),
-    "k_tb_lane_rescan_skips_last": ("tree_build", "for (int j = 0; j < n; ++j) {", "for (int j = 0; j < n - 1; ++j) {"),
+    "k_tb_lane_rescan_skips_last": (
+        "tree_build",
+        "for (int j = 0; j < n; ++j) {",
+        "for (int j = 0; j < n - 1; ++j) {",
+        H_LANE,
+    ),
     "k_tb_lane_tie_first_lane": (  # equal scores in several lanes: the lowest lane wins, whatever its tuple
         "tree_build",
         "if (tied & (tied - 1)) {  // equal scores",
         "if (false) {  // equal scores",
+        H_LANE,
     ),
-    # tree_build:select_verify (KDTR_TB_SELECT = 1): the replay where the selection is not the heap's, and
-    # the stability check of the sibling-chain shortcut
-    "k_tb_select_no_fallback": ("tree_build", "#define KDTR_TB_FALLBACK 1", "#define KDTR_TB_FALLBACK 0"),
+    # tree_build:select_verify (tb::kLevelSelect): the replay where the selection is not the heap's (select.cuh,
+    # every select build), and the stability check of the sibling-chain shortcut (level_select.cuh)
+    "k_tb_select_no_fallback": ("tree_build", "#define TB_FALLBACK 1", "#define TB_FALLBACK 0", H_SELECT),
     "k_tb_select_chain_unchecked": (
         "tree_build",
         "if (__dsub_rn(sc, l) != c.t0) sh_fail = 1;",
         "if (false) sh_fail = 1;",
+        H_LEVEL,
     ),
-    # tree_build:select_warp (KDTR_TB_WARPGEN = 1): the warp's own chain check, raise of tau and compaction
-    "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;"),
+    # tree_build:select_warp (tb::kWarpSelect, warp_select.cuh): the warp's own chain check, raise of tau, compaction
+    "k_tb_warp_chain_unchecked": ("tree_build", "unstable = __dsub_rn(sc, l) != t0;", "unstable = false;", H_WARP),
     "k_tb_warp_tau_overshoots": (  # tau raised where only B/2 nodes reach it: the selection misses nodes of S
         "tree_build",
         "if (__reduce_add_sync(0xffffffffu, c[w]) >= B && nlo == lo) {",
         "if (__reduce_add_sync(0xffffffffu, c[w]) >= B / 2 && nlo == lo) {",
+        H_WARP,
     ),
     "k_tb_warp_compaction_keeps_old_parent": (
         "tree_build",
         "      u.meta[j] = (m & ~kMetaDropped) | np;\n      u.aux[j] = dw;\n",  # warp_compact's (unique)
         "      u.meta[j] = m;\n      u.aux[j] = dw;\n",
+        H_WARP,
     ),
-    # tree_build:select_race (KDTR_TB_RACE = 1): the winner's nodes, and only a checked selection may win
-    # (the loser's count, not its nodes: a loser's half-written parent chain can loop the layouts' ancestor walk)
+    # tree_build:select_race (tb::kRace): the winner's nodes (tree_build.cu's layouts), and only a checked selection
+    # may win (race.cuh) (the loser's count, not its nodes: a loser's half-written parent chain can loop the
+    # layouts' ancestor walk)
     "k_tb_race_loser_count": (
         "tree_build",
         "const int n = selection_won ? race_word >> kRaceCountShift : s_count;",
@@ -92,6 +119,7 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "tree_build",
         "      if (g.tid == 0 && st == kSelected)\n",
         "      if (g.tid == 0 && st != kOverflow)\n",
+        H_RACE,
     ),
     "k_ta_last_match": ("tree_accept", "atomicMin(&s_match[parent], c)", "atomicMax(&s_match[parent], c)"),
     "k_ta_commit_source_off_by_one": (
@@ -312,12 +340,13 @@ SLOWDOWNS = {
     # returns kUnverified), so every request replays the heap: still exact, slower where the selection was the
     # faster path, and at B = 16-64 not slower at all, so a time threshold cannot be trusted to see it; the fallback
     # rate does (harness/bench/gate.py: any rise fails). tools/gpu_suite.sh's `gate_fallback` plants it. (A
-    # KDTR_TB_SELECT_MIN_B above every budget would not do: the build would then never select, and its reporting
+    # TB_SELECT_MIN_B above every budget would not do: the build would then never select, and its reporting
     # build would count no fallback.)
     "slow_tb_always_fallback": (
         "tree_build",
         "  const int status = sh_fail ? kUnverified : kSelected;\n",
         "  const int status = kUnverified;  // planted: every selection fails its check\n",
+        H_SELECT,
     ),
 }
 
@@ -328,8 +357,18 @@ def mutated_specs(name: str) -> list[specs.KernelSpec]:
     if name not in MUTANTS and name not in SLOWDOWNS:
         raise ValueError(f"--kernel-mutant {name!r} names no kernel mutant or slowdown")
     slug, old, new, *rest = MUTANTS.get(name) or SLOWDOWNS[name]
-    source = rest[0] if rest else f"{slug}.cu"
-    return [dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug) if s.source == source]
+    where = rest[0] if rest else f"{slug}.cu"
+    if where.endswith(".cu"):
+        return [
+            dataclasses.replace(s, patches=(*s.patches, (old, new))) for s in specs.for_op(slug) if s.source == where
+        ]
+    from kernels_cu import runtime
+
+    return [
+        dataclasses.replace(s, patches=(*s.patches, (old, new, where)))
+        for s in specs.for_op(slug)
+        if where in runtime.source_with_headers(s)[1]
+    ]
 
 
 # What the GPU suite's conformance stage runs (tools/gpu_suite.sh stage_conformance; meta/test_kernel_mutants.py

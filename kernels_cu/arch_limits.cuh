@@ -17,12 +17,12 @@
 #pragma once
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KDTR_ARCH_HD __host__ __device__
+#define KERNEL_ARCH_HD __host__ __device__
 #else
-#define KDTR_ARCH_HD
+#define KERNEL_ARCH_HD
 #endif
 
-struct KdtrArchLimits {
+struct ArchLimits {
   int cc;                            // compute capability as major * 10 + minor (sm_120: 120); 0: not in the table
   long long smem_per_block_optin;    // shared memory one block may use, static + dynamic (opted in), bytes
   long long smem_per_sm;             // shared memory of one SM, bytes
@@ -37,13 +37,13 @@ struct KdtrArchLimits {
 };
 
 // The fields in order, by name (kernels_cu/geometry.py reads them through its host library).
-#define KDTR_ARCH_LIMIT_FIELDS                                                                                \
+#define KERNEL_ARCH_LIMIT_FIELDS                                                                                \
   "cc smem_per_block_optin smem_per_sm smem_reserved_per_block smem_static_max regs_per_sm regs_per_block " \
   "regs_per_thread reg_alloc_unit threads_per_block threads_per_sm"
-constexpr int kKdtrArchLimitFields = 11;
+constexpr int kArchLimitFields = 11;
 
 // One row per compute capability (an arch-specific sm_90a or sm_120a target has its base arch's row).
-KDTR_ARCH_HD constexpr KdtrArchLimits kdtr_arch_limits(int cc) {
+KERNEL_ARCH_HD constexpr ArchLimits arch_limits(int cc) {
   constexpr long long KB = 1024;
   // sm_80 and sm_87 (A100, Orin): 164 KB per SM; sm_86, sm_89 (GA10x, Ada), sm_120, sm_121 (RTX Blackwell, GB10):
   // 100 KB per SM; sm_90, sm_100, sm_103 (Hopper, datacenter Blackwell): 228 KB per SM; each less 1 KB per block.
@@ -51,21 +51,21 @@ KDTR_ARCH_HD constexpr KdtrArchLimits kdtr_arch_limits(int cc) {
                           : (cc == 90 || cc == 100 || cc == 103)                                      ? 228
                                                                                                       : 0;
   const int threads_sm = (cc == 80 || cc == 90 || cc == 100 || cc == 103) ? 2048 : 1536;
-  if (sm_kb == 0) return KdtrArchLimits{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  return KdtrArchLimits{cc, (sm_kb - 1) * KB, sm_kb * KB, 1 * KB, 48 * KB, 65536, 65536, 255, 256, 1024, threads_sm};
+  if (sm_kb == 0) return ArchLimits{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  return ArchLimits{cc, (sm_kb - 1) * KB, sm_kb * KB, 1 * KB, 48 * KB, 65536, 65536, 255, 256, 1024, threads_sm};
 }
 
 // The shared memory a kernel's geometry may plan for on compute capability cc: the arch's per-block opt-in limit,
-// or a spec's own smaller budget (its KDTR_SMEM_BUDGET define, in bytes; 0 = none). A build spec that names a
+// or a spec's own smaller budget (its KERNEL_SMEM_BUDGET define, in bytes; 0 = none). A build spec that names a
 // budget builds, on any arch, what an arch of that budget runs (the *_99k variants: sm_120's geometry on sm_90).
-KDTR_ARCH_HD constexpr long long kdtr_smem_budget(long long spec_budget, int cc) {
-  const long long arch = kdtr_arch_limits(cc).smem_per_block_optin;
+KERNEL_ARCH_HD constexpr long long kernel_smem_budget(long long spec_budget, int cc) {
+  const long long arch = arch_limits(cc).smem_per_block_optin;
   return spec_budget > 0 && spec_budget < arch ? spec_budget : arch;
 }
 
-// The spec's budget as the kernels see it (0 = none), for kdtr_smem_budget(KDTR_SPEC_SMEM_BUDGET, __CUDA_ARCH__ / 10).
-#ifdef KDTR_SMEM_BUDGET
-#define KDTR_SPEC_SMEM_BUDGET (KDTR_SMEM_BUDGET)
+// The spec's budget as the kernels see it (0 = none), for kernel_smem_budget(KERNEL_SPEC_SMEM_BUDGET, __CUDA_ARCH__ / 10).
+#ifdef KERNEL_SMEM_BUDGET
+#define KERNEL_SPEC_SMEM_BUDGET (KERNEL_SMEM_BUDGET)
 #else
-#define KDTR_SPEC_SMEM_BUDGET 0
+#define KERNEL_SPEC_SMEM_BUDGET 0
 #endif

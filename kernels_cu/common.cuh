@@ -1,6 +1,6 @@
 // Shared definitions of the kernels. NVRTC compiles each kernels_cu/<op>.cu at run time for the GPU's arch;
 // nvcc compiles the same files for the engine. The limits come from the contract (contract_limits.cuh is
-// generated from contract/limits.py); a kernel's build spec (kernels_cu/specs.py) passes KDTR_BLOCK.
+// generated from contract/limits.py); a kernel's build spec (kernels_cu/specs.py) passes KERNEL_BLOCK.
 #pragma once
 #ifdef __CUDACC_RTC__
 #include <cuda/std/cstdint>
@@ -25,11 +25,11 @@ using cuda::std::uint64_t;
 // lay out shared memory, the engine's host code (nvcc) calls them directly, and the Python wrappers read
 // them through each op's geometry query kernel (never a mirrored formula).
 #if defined(__CUDACC__)
-#define KDTR_HD __host__ __device__
+#define KERNEL_HD __host__ __device__
 #else
-#define KDTR_HD
+#define KERNEL_HD
 #endif
 
-#ifndef KDTR_BLOCK
-#define KDTR_BLOCK 128
+#ifndef KERNEL_BLOCK
+#define KERNEL_BLOCK 128
 #endif

@@ -1,6 +1,6 @@
 """Write engine/cuda/kernel_specs.cmake from kernels_cu/specs.py: the engine's nvcc build of every kernel variant.
 
-For each build spec the file lists its source, entry functions, defines (KDTR_BLOCK included), archs and the
+For each build spec the file lists its source, entry functions, defines (KERNEL_BLOCK included), archs and the
 nvcc spelling of its compile options, so the engine compiles the same kernels_cu/*.cu with the same flags and
 defines as the harness's NVRTC build (kernels_cu/runtime.py). meta/test_engine_cuda_build.py fails when the
 committed file differs from what this writes, and when an NVRTC option has no nvcc spelling here.

@@ -45,6 +45,7 @@ SOURCES = (
     "common.cuh",
     "contract_limits.cuh",
     "tree_build.cuh",
+    "tree_build_variants.cuh",
     "tree_accept.cuh",
     "tree_verify.cuh",
 )
@@ -71,21 +72,28 @@ def _library() -> ctypes.CDLL:
             pathlib.Path(tmp).unlink(missing_ok=True)
     lib = ctypes.CDLL(str(path))
     i64p = ctypes.POINTER(ctypes.c_longlong)
-    lib.kdtr_tree_build_geometry.restype = None
-    lib.kdtr_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
-    lib.kdtr_arch_limit_names.restype = ctypes.c_char_p
-    lib.kdtr_arch_limit_count.restype = ctypes.c_int
-    lib.kdtr_arch_limits_row.restype = None
-    lib.kdtr_arch_limits_row.argtypes = [ctypes.c_int, i64p]
-    lib.kdtr_smem_budget_for.restype = ctypes.c_longlong
-    lib.kdtr_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
-    lib.kdtr_tree_build_smem_max.restype = None
-    lib.kdtr_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
-    lib.kdtr_tree_build_race_selects.restype = ctypes.c_int
-    lib.kdtr_tree_build_race_selects.argtypes = [ctypes.c_int] * 4
-    lib.kdtr_tree_build_wide_batch_variant.restype = ctypes.c_char_p
-    lib.kdtr_tree_accept_smem.restype = ctypes.c_longlong
-    lib.kdtr_tree_accept_smem.argtypes = [ctypes.c_int]
+    i32p = ctypes.POINTER(ctypes.c_int)
+    lib.geom_tree_build_variant_name.restype = ctypes.c_char_p
+    lib.geom_tree_build_variant_name.argtypes = [ctypes.c_int]
+    lib.geom_tree_build_variant_count.restype = ctypes.c_int
+    lib.geom_tree_build_policy.restype = None
+    lib.geom_tree_build_policy.argtypes = [ctypes.c_int, i32p]
+    lib.geom_tree_build_launch.restype = None
+    lib.geom_tree_build_launch.argtypes = (
+        [i32p] + [ctypes.c_int] * 5 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    )
+    lib.geom_tree_build_geometry.restype = None
+    lib.geom_tree_build_geometry.argtypes = [ctypes.c_int] * 3 + [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.geom_arch_limit_names.restype = ctypes.c_char_p
+    lib.geom_arch_limit_count.restype = ctypes.c_int
+    lib.geom_arch_limits_row.restype = None
+    lib.geom_arch_limits_row.argtypes = [ctypes.c_int, i64p]
+    lib.geom_smem_budget_for.restype = ctypes.c_longlong
+    lib.geom_smem_budget_for.argtypes = [ctypes.c_longlong, ctypes.c_int]
+    lib.geom_tree_build_smem_max.restype = None
+    lib.geom_tree_build_smem_max.argtypes = [ctypes.c_longlong] + [ctypes.c_int] * 3 + [i64p]
+    lib.geom_tree_accept_smem.restype = ctypes.c_longlong
+    lib.geom_tree_accept_smem.argtypes = [ctypes.c_int]
     lib.tv_geometry_field_names.restype = ctypes.c_char_p
     lib.tv_geometry_field_count.restype = ctypes.c_int
     lib.tv_sm90a_serves.restype = ctypes.c_int
@@ -111,11 +119,11 @@ def arch_limits(arch: str) -> dict[str, int]:
     """The row of kernels_cu/arch_limits.cuh for `arch`: per-block and per-SM shared memory, registers and threads
     (GeometryError when the table has no row for it)."""
     lib = _library()
-    names = lib.kdtr_arch_limit_names().decode().split()
-    if len(names) != lib.kdtr_arch_limit_count():
-        raise GeometryError(f"arch limits: {len(names)} names for {lib.kdtr_arch_limit_count()} fields")
+    names = lib.geom_arch_limit_names().decode().split()
+    if len(names) != lib.geom_arch_limit_count():
+        raise GeometryError(f"arch limits: {len(names)} names for {lib.geom_arch_limit_count()} fields")
     out = (ctypes.c_longlong * len(names))()
-    lib.kdtr_arch_limits_row(compute_capability(arch), out)
+    lib.geom_arch_limits_row(compute_capability(arch), out)
     row = dict(zip(names, (int(x) for x in out)))
     if row["cc"] == 0:
         raise GeometryError(f"kernels_cu/arch_limits.cuh has no limits for {arch}")
@@ -123,16 +131,16 @@ def arch_limits(arch: str) -> dict[str, int]:
 
 
 def spec_smem_budget(spec: KernelSpec) -> int:
-    """A build spec's own shared-memory budget in bytes (its KDTR_SMEM_BUDGET define), 0 when it names none."""
-    return int(spec.all_defines().get("KDTR_SMEM_BUDGET", "0"))
+    """A build spec's own shared-memory budget in bytes (its KERNEL_SMEM_BUDGET define), 0 when it names none."""
+    return int(spec.all_defines().get("KERNEL_SMEM_BUDGET", "0"))
 
 
 @functools.cache
 def smem_budget(spec: KernelSpec, arch: str) -> int:
     """The shared memory per block that `spec`'s build for `arch` plans for, as its kernels compute it
-    (arch_limits.cuh's kdtr_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
+    (arch_limits.cuh's kernel_smem_budget): the arch's opt-in limit, or the spec's own budget where smaller."""
     arch_limits(arch)  # a clear error for an arch the table lacks
-    return int(_library().kdtr_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
+    return int(_library().geom_smem_budget_for(spec_smem_budget(spec), compute_capability(arch)))
 
 
 @functools.cache
@@ -140,7 +148,7 @@ def tree_build_smem_max(smem_limit: int, stage_policy: int, select_policy: int, 
     """(bytes, B, L, K): the most dynamic shared memory a tree_build variant with these policies asks for at any
     budget, depth and top-k of the contract under the per-block limit smem_limit, and the first shape asking it."""
     out = (ctypes.c_longlong * 4)()
-    _library().kdtr_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
+    _library().geom_tree_build_smem_max(smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
 
@@ -148,27 +156,66 @@ def tree_build_smem_max(smem_limit: int, stage_policy: int, select_policy: int, 
 def tree_build(
     B: int, L: int, K_in: int, smem_limit: int, stage_policy: int, select_policy: int = 0, race: int = 0
 ) -> tuple[int, int, int]:
-    """(dynamic shared memory bytes, lp_in_smem, select_cap) of tree_build for a variant's policies
-    (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
+    """(dynamic shared memory bytes, lp_in_smem, select_cap) of tree_build for a variant's layout policies (its type's
+    stage_lp and select_cap, and whether it races: tree_build_ops.policies)."""
     out = (ctypes.c_longlong * 3)()
-    _library().kdtr_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
+    _library().geom_tree_build_geometry(B, L, K_in, smem_limit, stage_policy, select_policy, race, out)
     return int(out[0]), int(out[1]), int(out[2])
 
 
-def tree_build_race_launch(bs: int, B: int, sm_count: int, min_b: int) -> str | None:
-    """A race build's launch for bs requests on sm_count SMs, racing from budget min_b (the spec's
-    KDTR_TB_RACE_MIN_B): None when it races the selection, else the tree_build variant whose build runs the batch
-    instead (the replay's, on small CTAs)."""
+# The policy fields of a tree_build variant type (tb::Policy in kernels_cu/tree_build_variants.cuh), in order.
+TREE_BUILD_POLICY = ("strategy", "stage_lp", "select_cap", "race_min_b", "hand_off")
+# tb::Strategy
+TREE_BUILD_STRATEGIES = ("heap_pop", "lane_pop", "level_select", "warp_select", "race")
+
+
+@functools.cache
+def tree_build_variants() -> tuple[str, ...]:
+    """The tree_build variant types of tree_build_variants.cuh, in the order of its table (tb::VariantId)."""
     lib = _library()
-    if lib.kdtr_tree_build_race_selects(bs, B, sm_count, min_b):
-        return None
-    return lib.kdtr_tree_build_wide_batch_variant().decode()
+    return tuple(lib.geom_tree_build_variant_name(i).decode() for i in range(lib.geom_tree_build_variant_count()))
+
+
+def tree_build_policy(variant: str) -> dict[str, int]:
+    """The policy of the tree_build variant type `variant` (TREE_BUILD_POLICY fields), from the header's table."""
+    names = tree_build_variants()
+    if variant not in names:
+        raise KeyError(f"no tree_build variant type {variant!r} in tree_build_variants.cuh (have: {', '.join(names)})")
+    out = (ctypes.c_int * len(TREE_BUILD_POLICY))()
+    _library().geom_tree_build_policy(names.index(variant), out)
+    return dict(zip(TREE_BUILD_POLICY, (int(x) for x in out)))
+
+
+def tree_build_launch(
+    variant: str,
+    policy: dict[str, int],
+    bs: int,
+    B: int,
+    L: int,
+    K_in: int,
+    smem_limit: int,
+    sm_count: int,
+    race_min_b: int | None = None,
+    select_min_b: int = 0,
+) -> dict:
+    """tree_build's one launch rule (tree_build_launch in tree_build.cuh) for a launch of `variant` (its type's
+    policy, or a design build's): {variant: the type whose build runs it (a race's hand-off where it does not race),
+    lp_in_smem, select_cap, smem: dynamic shared memory bytes, selects: whether it selects at all}. race_min_b: the
+    knob (None: the type's own); select_min_b: the build's TB_SELECT_MIN_B."""
+    names = tree_build_variants()
+    pol = (ctypes.c_int * len(TREE_BUILD_POLICY))(*(policy[k] for k in TREE_BUILD_POLICY))
+    out = (ctypes.c_longlong * 5)()
+    mb = -1 if race_min_b is None else race_min_b
+    _library().geom_tree_build_launch(pol, names.index(variant), bs, B, L, K_in, smem_limit, sm_count, mb,
+                                      select_min_b, out)  # fmt: skip
+    return {"variant": names[out[0]], "lp_in_smem": int(out[1]), "select_cap": int(out[2]), "smem": int(out[3]),
+            "selects": bool(out[4])}  # fmt: skip
 
 
 @functools.cache
 def tree_accept(D: int) -> int:
     """Dynamic shared memory bytes of tree_accept for tree width D."""
-    return int(_library().kdtr_tree_accept_smem(D))
+    return int(_library().geom_tree_accept_smem(D))
 
 
 @functools.cache

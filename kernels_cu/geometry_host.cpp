@@ -8,39 +8,60 @@
 
 extern "C" {
 // The per-arch limits of arch_limits.cuh: the row of compute capability cc (all zero when the table has none), the
-// fields named by KDTR_ARCH_LIMIT_FIELDS.
-const char* kdtr_arch_limit_names() { return KDTR_ARCH_LIMIT_FIELDS; }
-int kdtr_arch_limit_count() { return kKdtrArchLimitFields; }
-void kdtr_arch_limits_row(int cc, long long* out) {
-  const KdtrArchLimits a = kdtr_arch_limits(cc);
+// fields named by KERNEL_ARCH_LIMIT_FIELDS.
+const char* geom_arch_limit_names() { return KERNEL_ARCH_LIMIT_FIELDS; }
+int geom_arch_limit_count() { return kArchLimitFields; }
+void geom_arch_limits_row(int cc, long long* out) {
+  const ArchLimits a = arch_limits(cc);
   const long long v[] = {a.cc, a.smem_per_block_optin, a.smem_per_sm, a.smem_reserved_per_block, a.smem_static_max,
                          a.regs_per_sm, a.regs_per_block, a.regs_per_thread, a.reg_alloc_unit, a.threads_per_block,
                          a.threads_per_sm};
-  static_assert(sizeof v / sizeof *v == kKdtrArchLimitFields, "one value per named field");
-  for (int i = 0; i < kKdtrArchLimitFields; ++i) out[i] = v[i];
+  static_assert(sizeof v / sizeof *v == kArchLimitFields, "one value per named field");
+  for (int i = 0; i < kArchLimitFields; ++i) out[i] = v[i];
 }
-long long kdtr_smem_budget_for(long long spec_budget, int cc) { return kdtr_smem_budget(spec_budget, cc); }
+long long geom_smem_budget_for(long long spec_budget, int cc) { return kernel_smem_budget(spec_budget, cc); }
 
-// tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity,
-// for the variant's policies (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE) and the device's per-block limit.
-void kdtr_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, int select_policy,
+// tree_build: the variant types (by tb::VariantId), their names and each one's policy row: strategy, stage_lp,
+// select_cap, race_min_b, hand_off (tree_build_variants.cuh).
+int geom_tree_build_variant_count() { return tb::kVariants; }
+const char* geom_tree_build_variant_name(int variant) { return tb::variant_name(variant); }
+void geom_tree_build_policy(int variant, int* out) {
+  const tb::Policy p = tb::policy(variant);
+  out[0] = p.strategy, out[1] = p.stage_lp, out[2] = p.select_cap, out[3] = p.race_min_b, out[4] = p.hand_off;
+}
+
+// tree_build's launch rule (tree_build_launch, tree_build.cuh) for variant `variant` with policy row `policy` (the
+// table's, or a design build's): out = the variant whose build runs, lp_in_smem, select_cap, dynamic shared memory
+// bytes, whether it selects.
+void geom_tree_build_launch(const int* policy, int variant, int bs, int B, int L, int K_in, long long smem_limit,
+                            int sm_count, int race_min_b, int select_min_b, long long* out) {
+  const tb::Policy p{policy[0], policy[1], policy[2], policy[3], policy[4]};
+  const TreeBuildLaunch l = tree_build_launch(p, variant, bs, B, L, K_in, smem_limit, sm_count, race_min_b,
+                                              select_min_b);
+  out[0] = l.variant, out[1] = l.geometry.stage_lp ? 1 : 0, out[2] = l.geometry.select_cap, out[3] = l.geometry.smem;
+  out[4] = l.selects ? 1 : 0;
+}
+
+// tree_build: dynamic shared memory, whether the log-probs are staged and the select-then-verify capacity, for the
+// layout policies (stage_lp, select_cap, whether it races) and the device's per-block limit.
+void geom_tree_build_geometry(int B, int L, int K_in, long long smem_limit, int stage_policy, int select_policy,
                               int race, long long* out) {
-  const int K = B < K_in ? B : K_in;
-  const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
-  const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage, race != 0);
-  out[0] = tree_build_smem(B, L, K, stage, cap, race != 0).total;
-  out[1] = stage ? 1 : 0;
-  out[2] = cap;
+  const TreeBuildGeometry g =
+      tree_build_geometry_of(tb::Policy{race ? int(tb::kRace) : int(tb::kHeapPop), stage_policy, select_policy, 0, -1},
+                             B, L, K_in, smem_limit);
+  out[0] = g.smem;
+  out[1] = g.stage_lp ? 1 : 0;
+  out[2] = g.select_cap;
 }
 
 // tree_build: the most dynamic shared memory the variant's launch asks for anywhere in the contract's limits
 // (every budget B, depth L and top-k K = min(B, K_in)) under the per-block limit smem_limit; out = bytes, B, L, K of
 // the first shape that asks for it.
-void kdtr_tree_build_smem_max(long long smem_limit, int stage_policy, int select_policy, int race, long long* out) {
+void geom_tree_build_smem_max(long long smem_limit, int stage_policy, int select_policy, int race, long long* out) {
   out[0] = out[1] = out[2] = out[3] = -1;
-  for (int B = 0; B <= KDTR_MAX_BUDGET; ++B)
-    for (int L = 0; L <= KDTR_MAX_DEPTH; ++L)
-      for (int K = 0; K <= (B < KDTR_MAX_TOPK ? B : KDTR_MAX_TOPK); ++K) {
+  for (int B = 0; B <= CONTRACT_MAX_BUDGET; ++B)
+    for (int L = 0; L <= CONTRACT_MAX_DEPTH; ++L)
+      for (int K = 0; K <= (B < CONTRACT_MAX_TOPK ? B : CONTRACT_MAX_TOPK); ++K) {
         const bool stage = tree_build_stages_lp(B, L, K, smem_limit, stage_policy);
         const int cap = tree_build_select_cap(B, L, K, smem_limit, select_policy, stage, race != 0);
         const long long bytes = tree_build_smem(B, L, K, stage, cap, race != 0).total;
@@ -48,21 +69,14 @@ void kdtr_tree_build_smem_max(long long smem_limit, int stage_policy, int select
       }
 }
 
-// tree_build, a race build: whether a launch of bs requests on sm_count SMs races the selection (else it is the
-// launch of the variant kdtr_tree_build_wide_batch_variant() names).
-int kdtr_tree_build_race_selects(int bs, int B, int sm_count, int min_b) {
-  return tree_build_race_selects(bs, B, sm_count, min_b);
-}
-const char* kdtr_tree_build_wide_batch_variant() { return KDTR_TB_WIDE_BATCH_VARIANT; }
-
 // tree_accept: dynamic shared memory for tree width D.
-long long kdtr_tree_accept_smem(int D) { return tree_accept_smem_bytes(D); }
+long long geom_tree_accept_smem(int D) { return tree_accept_smem_bytes(D); }
 
 // tree_verify: the named fields of tv::geometry_fields, per request.
 const char* tv_geometry_field_names() { return TV_GEOMETRY_FIELDS; }
 int tv_geometry_field_count() { return tv::kGeometryFields; }
 int tv_sm90a_serves(int bf16, long long page_size) { return tv::sm90a_serves(bf16 != 0, page_size) ? 1 : 0; }
-// budget: the build's shared-memory budget (kdtr_smem_budget), which picks the portable kernel's tile.
+// budget: the build's shared-memory budget (kernel_smem_budget), which picks the portable kernel's tile.
 void tv_geometry_fields(long long n_keys, long long rows, int variant, long long chunk, long long budget,
                         long long* out) {
   tv::geometry_fields(n_keys, rows, variant, chunk, out, budget);

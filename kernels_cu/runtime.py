@@ -56,22 +56,35 @@ class Compiled:
 
 
 def source_with_headers(spec: KernelSpec) -> tuple[str, dict[str, str]]:
-    """The spec's source (its patches applied) and every local header it transitively includes."""
+    """The spec's source and every local header it transitively includes (names relative to kernels_cu/), with the
+    spec's patches applied: (old, new) patches the source, (old, new, header) that header (the first occurrence)."""
     path = HERE / spec.source
     if not path.is_file():
         raise FileNotFoundError(f"no kernel source {path}")
     src = path.read_text()
-    for old, new in spec.patches:
-        if old not in src:
-            raise ValueError(f"{spec.name}: patch text not found in {spec.source}: {old!r}")
-        src = src.replace(old, new, 1)
     headers, todo = {}, _INCLUDE.findall(src)
     while todo:
         h = todo.pop()
         if h not in headers and (HERE / h).is_file():
             headers[h] = (HERE / h).read_text()
             todo += _INCLUDE.findall(headers[h])
+    for old, new, *where in spec.patches:
+        name = where[0] if where else spec.source
+        text = src if name == spec.source else headers.get(name)
+        if text is None:
+            raise ValueError(f"{spec.name}: a patch names {name}, which {spec.source} does not include")
+        if old not in text:
+            raise ValueError(f"{spec.name}: patch text not found in {name}: {old!r}")
+        if name == spec.source:
+            src = src.replace(old, new, 1)
+        else:
+            headers[name] = text.replace(old, new, 1)
     return src, headers
+
+
+def patched_headers(spec: KernelSpec) -> list[str]:
+    """The headers spec's patches change (the compile then reads every header from a patched copy)."""
+    return [p[2] for p in spec.patches if len(p) > 2 and p[2] != spec.source]
 
 
 @functools.cache
@@ -175,15 +188,22 @@ def _read_cache(key: str):
 def _nvrtc(spec: KernelSpec, arch: str) -> tuple[bytes, str]:
     from cuda.core import Program, ProgramOptions
 
-    src, _ = source_with_headers(spec)
-    opts = ProgramOptions(**program_options(spec, arch), name=spec.source)
+    src, headers = source_with_headers(spec)
+    options = program_options(spec, arch)
     log = io.StringIO()
-    try:
-        obj = Program(src, "c++", options=opts).compile("cubin", logs=log)
-    except Exception as e:  # cuda.core raises its own types; keep NVRTC's log for the user
-        raise CompileError(
-            f"NVRTC failed on {spec.name} (kernels_cu/{spec.source}) for {arch}:\n{log.getvalue()}\n{e}"
-        ) from e
+    with tempfile.TemporaryDirectory(prefix="kdtree-patched-") as tmp:
+        if patched_headers(spec):  # a patched header: NVRTC reads every local header from a patched copy
+            for name, text in headers.items():
+                (pathlib.Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+                (pathlib.Path(tmp) / name).write_text(text)
+            options["include_path"] = [tmp, *(d for d in options["include_path"] if d != str(HERE))]
+        opts = ProgramOptions(**options, name=spec.source)
+        try:
+            obj = Program(src, "c++", options=opts).compile("cubin", logs=log)
+        except Exception as e:  # cuda.core raises its own types; keep NVRTC's log for the user
+            raise CompileError(
+                f"NVRTC failed on {spec.name} (kernels_cu/{spec.source}) for {arch}:\n{log.getvalue()}\n{e}"
+            ) from e
     if not obj.code:
         raise CompileError(f"NVRTC produced an empty cubin for {spec.name} ({arch}); is '{arch}' a real sm_ arch?")
     return bytes(obj.code), log.getvalue()

@@ -12,7 +12,7 @@
 // increasing j. Rows can overlap (path [0, 2, 3] copies row 3 into row 2 after row 2 was read for j = 1),
 // so each thread owns a 16-byte column of the rows and loads all n sources before storing any.
 //
-// Launch: grid = bs, block = KDTR_BLOCK, dynamic shared memory tree_accept_smem_bytes(D) (tree_accept.cuh).
+// Launch: grid = bs, block = KERNEL_BLOCK, dynamic shared memory tree_accept_smem_bytes(D) (tree_accept.cuh).
 // Inputs are validated on the host first (contract/tree_accept.py): links point forward, no node has two
 // parents, the root has no sibling, no node is deeper than max_depth, pages are in range, and the commit's
 // rows of different requests never alias (so the blocks cannot race).
@@ -21,7 +21,7 @@
 // Host-side geometry: out[0] = dynamic shared memory bytes for tree width D.
 extern "C" __global__ void tree_accept_geometry(int D, long long* out) { out[0] = tree_accept_smem_bytes(D); }
 
-extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_accept_kernel(
+extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
     const int* __restrict__ tokens, const int* __restrict__ first_child, const int* __restrict__ next_sibling,
     const int* __restrict__ target, int D, int L,
     int* __restrict__ accept_len, int* __restrict__ accept_path, int* __restrict__ emitted, int* __restrict__ bonus,
@@ -36,7 +36,7 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_accept_kernel(
   int* s_tmp = s_head + D;   // [D]
   int* s_owner = s_tmp + D;  // [D] owner[first child of u] = u
   int* s_match = s_owner + D;  // [D] smallest matching child of u, or INT_MAX
-  int* s_path = s_match + D;   // [KDTR_MAX_DEPTH + 1]
+  int* s_path = s_match + D;   // [CONTRACT_MAX_DEPTH + 1]
   __shared__ int s_n;
   const int b = blockIdx.x, tid = threadIdx.x;
   const size_t base = size_t(b) * D;
@@ -91,16 +91,16 @@ extern "C" __global__ void __launch_bounds__(KDTR_BLOCK) tree_accept_kernel(
   const int* bt = block_table + size_t(b) * max_pages;
   for (int col = tid; col < row_vec; col += blockDim.x) {
     // fully unrolled over the maximum depth so `v` stays in registers; all loads are in flight together
-    uint4 v[KDTR_MAX_DEPTH];
+    uint4 v[CONTRACT_MAX_DEPTH];
 #pragma unroll
-    for (int j = 0; j < KDTR_MAX_DEPTH; ++j) {
+    for (int j = 0; j < CONTRACT_MAX_DEPTH; ++j) {
       if (j < n) {
         const int p = P + s_path[j + 1];
         v[j] = kv[(size_t(bt[p / page_size]) * page_size + p % page_size) * row_vec + col];
       }
     }
 #pragma unroll
-    for (int j = 0; j < KDTR_MAX_DEPTH; ++j) {
+    for (int j = 0; j < CONTRACT_MAX_DEPTH; ++j) {
       if (j < n) {
         const int p = P + j + 1;
         kv[(size_t(bt[p / page_size]) * page_size + p % page_size) * row_vec + col] = v[j];

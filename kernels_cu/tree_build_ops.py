@@ -30,7 +30,7 @@ from .specs import KernelSpec
 
 def prepare(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Prepared:
     """Validate a tree_build call (the contract's signature) and set it up on the device for `spec`. race_min_b
-    (a race build's tuning knob): the budget the launch races from, instead of the spec's KDTR_TB_RACE_MIN_B."""
+    (a race build's tuning knob): the budget the launch races from, instead of its type's race_min_b."""
     return _prepare_checked(spec, args, kwargs, race_min_b)[0]
 
 
@@ -97,10 +97,33 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **k
     return Deferred(st, launch, collect, check_flag)
 
 
-def policies(spec: KernelSpec) -> tuple[int, int, int]:
-    """The spec's geometry policies: (KDTR_TB_STAGE_LP, KDTR_TB_SELECT, KDTR_TB_RACE)."""
+# The defines by which a design build of lab/tree_build_dev.py overrides its type's policies (tree_build.cu's Built
+# reads the same ones); no registered spec names one (conformance/test_kernels_build.py).
+DESIGN_OVERRIDES = {"TB_STAGE_LP": "stage_lp", "TB_SELECT_CAP": "select_cap", "TB_RACE_MIN_B": "race_min_b"}
+
+
+def variant_type(spec: KernelSpec) -> str:
+    """The tree_build variant type a spec builds (its TB_VARIANT: a `_99k` twin builds its base's)."""
+    return spec.all_defines()["TB_VARIANT"]
+
+
+def policy(spec: KernelSpec) -> dict[str, int]:
+    """The policy of spec's build: its type's (tree_build_variants.cuh), with a design build's overrides."""
+    pol = geometry.tree_build_policy(variant_type(spec))
     d = spec.all_defines()
-    return int(d["KDTR_TB_STAGE_LP"]), int(d["KDTR_TB_SELECT"]), int(d["KDTR_TB_RACE"])
+    return {**pol, **{field: int(d[k]) for k, field in DESIGN_OVERRIDES.items() if k in d}}
+
+
+def policies(spec: KernelSpec) -> tuple[int, int, int]:
+    """The spec's layout policies, as geometry.tree_build takes them: (stage_lp, select_cap, races)."""
+    p = policy(spec)
+    return p["stage_lp"], p["select_cap"], int(geometry.TREE_BUILD_STRATEGIES[p["strategy"]] == "race")
+
+
+def select_min_b(spec: KernelSpec) -> int:
+    """The build's TB_SELECT_MIN_B (a design knob: only lab/tree_build_dev.py's designs name one; 0 selects at every
+    budget)."""
+    return int(spec.all_defines().get("TB_SELECT_MIN_B", "0"))
 
 
 # The limit the geometry header is given: the per-block limit less 64 bytes (the header keeps another
@@ -110,7 +133,7 @@ STATIC_ALLOWANCE = 64
 
 def smem_limit(spec: KernelSpec, block_limit: int) -> int:
     """The shared-memory limit tree_build.cuh sizes `spec`'s launch by, on a GPU whose blocks may use block_limit
-    bytes: under the spec's own budget where it names one (KDTR_SMEM_BUDGET: the *_99k variants)."""
+    bytes: under the spec's own budget where it names one (KERNEL_SMEM_BUDGET: the *_99k variants)."""
     own = geometry.spec_smem_budget(spec)
     return (min(block_limit, own) if own > 0 else block_limit) - STATIC_ALLOWANCE
 
@@ -123,26 +146,26 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     return {spec.entry: (spec.block, worst), "tree_build_check_kernel": (spec.block, 0), spec.geometry: (1, 0)}
 
 
-def _launched(spec: KernelSpec, bs: int, B: int, race_min_b: int | None, sm_count: int | None = None) -> KernelSpec:
-    """The spec whose build runs the launch: a race build's own, or beyond a wave of races or below the budget it
-    races from (race_min_b, else the spec's KDTR_TB_RACE_MIN_B) the replay's (tree_build.cuh). sm_count: this
-    GPU's unless given (a question asked without a GPU)."""
-    d = spec.all_defines()
-    if not int(d["KDTR_TB_RACE"]):
-        return spec
-    min_b = int(d["KDTR_TB_RACE_MIN_B"]) if race_min_b is None else race_min_b
+def _plan(spec: KernelSpec, bs: int, B: int, L: int, K_in: int, race_min_b: int | None, sm_count: int | None = None,
+          block_limit: int | None = None) -> tuple[KernelSpec, dict]:  # fmt: skip
+    """(the spec whose build runs the launch, the launch's geometry): the header's one launch rule
+    (geometry.tree_build_launch), asked with spec's policy and this GPU's SMs and shared memory unless given (a
+    question asked without a GPU)."""
     sms = runtime.sm_count() if sm_count is None else sm_count
-    other = geometry.tree_build_race_launch(bs, B, sms, min_b)
-    return specs.get("tree_build", other) if other else spec
+    limit = smem_limit(spec, runtime.smem_optin_limit() if block_limit is None else block_limit)
+    plan = geometry.tree_build_launch(
+        variant_type(spec), policy(spec), bs, B, L, K_in, limit, sms, race_min_b, select_min_b(spec)
+    )
+    runs = spec if plan["variant"] == variant_type(spec) else specs.get("tree_build", plan["variant"])
+    return runs, plan
 
 
 def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int | None = None):
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
     collect)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
-    spec = _launched(spec, bs, B, race_min_b)
-    limit = smem_limit(spec, runtime.smem_optin_limit())
-    smem, lp_in_smem, select_cap = geometry.tree_build(B, L, K_in, limit, *policies(spec))
+    spec, plan = _plan(spec, bs, B, L, K_in, race_min_b)
+    smem, lp_in_smem, select_cap = plan["smem"], plan["lp_in_smem"], plan["select_cap"]
     st = Staging(lib, like)
     try:
         st.sync_before()
@@ -168,52 +191,49 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
 
 
 # ---- the select variants' fallback, counted ----------------------------------------------------------------
-# A select variant (KDTR_TB_SELECT) whose selection fails a check or whose candidates overflow replays the heap
-# instead: the tree stays the reference's, so only the time would show that it happened. Its reporting build (the
-# same source and defines plus KDTR_TB_FALLBACK = 2, tree_build.cu) replays the same way and then writes why in the
-# request's n_nodes instead of the node count; these are the codes. The benchmark (perf/bench_tree_build.py, through
+# A select variant whose selection fails a check or whose candidates overflow replays the heap instead: the tree
+# stays the reference's, so only the time would show that it happened. Its reporting build (the same source and
+# type plus TB_FALLBACK = 2, tree_build_device/select.cuh) replays the same way and then writes why in the request's
+# n_nodes instead of the node count; these are the codes. The benchmark (perf/bench_tree_build.py, through
 # harness/bench/fallbacks.py) and lab/tree_build_dev.py's `fallbacks` count them here, with one reporting build.
 FALLBACK_CODES = {-1: "checks_failed", -2: "overflowed"}
 
 
 def selects(spec: KernelSpec) -> bool:
-    """Whether spec's build selects before it replays (KDTR_TB_SELECT): the variants that can fall back."""
-    return policies(spec)[1] != 0
+    """Whether spec's build selects before it replays (its type's strategy): the variants that can fall back."""
+    return policy(spec)["select_cap"] != 0
 
 
 def reporting_spec(spec: KernelSpec) -> KernelSpec:
-    """spec built to report its fallbacks in n_nodes (KDTR_TB_FALLBACK = 2). Its patches are kept, so that a planted
+    """spec built to report its fallbacks in n_nodes (TB_FALLBACK = 2). Its patches are kept, so that a planted
     build (harness/kernel_mutants.py) is measured as it was built. A race build's reporting build runs the selection
-    first and the replay after it instead of racing them (tree_build.cu), so that what it reports is the selection's
-    outcome in every request, not which of the two finished first."""
+    first and the replay after it instead of racing them (tree_build_device/race.cuh), so that what it reports is
+    the selection's outcome in every request, not which of the two finished first."""
     if not selects(spec):
-        raise ValueError(f"{spec.name} has no selection to fall back from (KDTR_TB_SELECT = 0)")
-    return spec.with_defines(f"{spec.variant}_report", KDTR_TB_FALLBACK="2")
+        raise ValueError(f"{spec.name} has no selection to fall back from (its type never selects)")
+    return spec.with_defines(f"{spec.variant}_report", TB_FALLBACK="2")
 
 
 def selection_off(
     spec: KernelSpec, bs: int, B: int, L: int, K_in: int, *, sm_count: int, block_limit: int,
     race_min_b: int | None = None,
 ) -> str | None:  # fmt: skip
-    """Why a launch of spec for bs requests runs no selection at all (None when it selects): the launch rule of a
-    race build (a budget below the one it races from, or more requests than a wave of races, go to the replay's own
-    build), then the kernel's own condition (select_on in tree_build.cu: the budget, an empty tree, no shared memory
+    """Why a launch of spec for bs requests runs no selection at all (None when it selects), by the header's launch
+    rule: a race build hands a budget below the one it races from, or more requests than a wave of races, to another
+    build; then the kernel's own condition (tree_build_selection_on: the budget, an empty tree, no shared memory
     left for candidates). No GPU needed: sm_count and block_limit (the per-block shared memory) are the GPU's."""
     if not selects(spec):
         return f"{spec.variant} has no selection"
-    launched = _launched(spec, bs, B, race_min_b, sm_count)
-    if launched.variant != spec.variant:
-        return f"the launch runs {launched.variant}'s build (tree_build.cuh: race budget or wave)"
-    # KDTR_TB_SELECT_MIN_B: only design builds name it (lab/tree_build_dev.py); the kernel's default 0 selects
-    # at every budget
-    min_b = int(spec.all_defines().get("KDTR_TB_SELECT_MIN_B", "0"))
-    if min_b > B:
-        return f"B = {B} is below KDTR_TB_SELECT_MIN_B = {min_b}"
+    runs, plan = _plan(spec, bs, B, L, K_in, race_min_b, sm_count, block_limit)
+    if runs.variant != spec.variant:
+        return f"the launch runs {runs.variant}'s build (tree_build.cuh: race budget or wave)"
+    if plan["selects"]:
+        return None
+    if select_min_b(spec) > B:
+        return f"B = {B} is below TB_SELECT_MIN_B = {select_min_b(spec)}"
     if B <= 0 or L <= 0 or min(B, K_in) <= 0:
         return "an empty tree"
-    if geometry.tree_build(B, L, K_in, smem_limit(spec, block_limit), *policies(spec))[2] <= 0:
-        return "no shared memory left for candidates (select capacity 0)"
-    return None
+    return "no shared memory left for candidates (select capacity 0)"
 
 
 def count_fallbacks(n_nodes) -> dict[str, int]:

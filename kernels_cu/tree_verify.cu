@@ -45,11 +45,11 @@
 
 namespace {
 
-// The shared memory this build plans for (arch_limits.cuh): the spec's KDTR_SMEM_BUDGET or the target arch's
+// The shared memory this build plans for (arch_limits.cuh): the spec's KERNEL_SMEM_BUDGET or the target arch's
 // per-block limit; it picks each dtype path's tile (tree_verify.cuh). nvcc's host pass compiles no device
 // code from it (0 there: the small tiles, never launched).
 #if defined(__CUDA_ARCH__)
-constexpr long long kBudget = kdtr_smem_budget(KDTR_SPEC_SMEM_BUDGET, __CUDA_ARCH__ / 10);
+constexpr long long kBudget = kernel_smem_budget(KERNEL_SPEC_SMEM_BUDGET, __CUDA_ARCH__ / 10);
 static_assert(kBudget > 0, "kernels_cu/arch_limits.cuh has no shared-memory limit for this arch");
 #else
 constexpr long long kBudget = 0;

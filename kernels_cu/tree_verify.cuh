@@ -65,8 +65,8 @@ TV_HD constexpr int s_parts(int v) { return v == kBf16 ? 4 : 1; }
 TV_HD constexpr int s_pitch(int v, int bn) { return bn + (v == kBf16 ? 8 : 4); }  // floats; bank spread
 TV_HD constexpr int p_pitch(int v, int bn) { return bn + 16 / elem_bytes(v); }    // elements of P
 
-// The portable kernel's tile, chosen from the shared-memory budget of the build: the spec's KDTR_SMEM_BUDGET or
-// the target arch's per-block opt-in limit (arch_limits.cuh's kdtr_smem_budget; the kernels evaluate it for
+// The portable kernel's tile, chosen from the shared-memory budget of the build: the spec's KERNEL_SMEM_BUDGET or
+// the target arch's per-block opt-in limit (arch_limits.cuh's kernel_smem_budget; the kernels evaluate it for
 // __CUDA_ARCH__, the hosts for the GPU's arch). Where the tuned tile fits (the H200's 227 KB) it is the one;
 // elsewhere (sm_120, sm_86, sm_89: 99 KB) the small tile, which fits 99 KB:
 //   tuned bf16: 64 rows x 32 keys, 2 KV stages filled by cp.async a block ahead    (196096 bytes)
@@ -155,7 +155,7 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 
 // Everything a launcher needs for one request, in one call: the values below, in this order, with these
 // names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule; budget is
-// the build's shared-memory budget (kdtr_smem_budget), which picks the portable tile.
+// the build's shared-memory budget (kernel_smem_budget), which picks the portable tile.
 #define TV_GEOMETRY_FIELDS                                                                                   \
   "variant_bf16 variant_f32 threads block_n combine_threads combine_rows m_tile kv_stages smem_bytes "       \
   "row_tiles split_chunk n_splits combine_blocks variant_sm90a prefetch"

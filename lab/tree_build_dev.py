@@ -233,38 +233,38 @@ def designs() -> dict[str, specs.KernelSpec]:
     lane = out["lane_cached"]
     out["lane_cached_block32"] = dataclasses.replace(lane, variant="lane_cached_block32", block=32)
     out["lane_cached_block256"] = dataclasses.replace(lane, variant="lane_cached_block256", block=256)
-    out["lane_cached_staged_lp"] = lane.with_defines("lane_cached_staged_lp", KDTR_TB_STAGE_LP="1")
+    out["lane_cached_staged_lp"] = lane.with_defines("lane_cached_staged_lp", TB_STAGE_LP="1")
     sel = out["select_verify"]
     out["select_verify_block128"] = dataclasses.replace(sel, variant="select_verify_block128", block=128)
     out["select_verify_block256"] = dataclasses.replace(sel, variant="select_verify_block256", block=256)
     out["select_verify_block64"] = dataclasses.replace(sel, variant="select_verify_block64", block=64)
-    out["select_verify_no_stair"] = sel.with_defines("select_verify_no_stair", KDTR_TB_STAIR_MAX="0")
-    out["select_verify_cap8"] = sel.with_defines("select_verify_cap8", KDTR_TB_SELECT="2")
+    out["select_verify_no_stair"] = sel.with_defines("select_verify_no_stair", TB_STAIR_MAX="0")
+    out["select_verify_cap8"] = sel.with_defines("select_verify_cap8", TB_SELECT_CAP="2")
     warp = out["select_warp"]
     out["select_warp_block128"] = dataclasses.replace(warp, variant="select_warp_block128", block=128)
     out["select_warp_block512"] = dataclasses.replace(warp, variant="select_warp_block512", block=512)
-    out["select_warp_cap8"] = warp.with_defines("select_warp_cap8", KDTR_TB_SELECT="2")
-    out["select_warp_raise2"] = warp.with_defines("select_warp_raise2", KDTR_TB_RAISE_WAYS="2")
-    out["select_warp_global_lp"] = warp.with_defines("select_warp_global_lp", KDTR_TB_STAGE_LP="0")
-    out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", KDTR_TB_PRUNE_PCT="150")
-    out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", KDTR_TB_PRUNE_PCT="300")
-    out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", KDTR_TB_SELECT_MIN_B="128")
+    out["select_warp_cap8"] = warp.with_defines("select_warp_cap8", TB_SELECT_CAP="2")
+    out["select_warp_raise2"] = warp.with_defines("select_warp_raise2", TB_RAISE_WAYS="2")
+    out["select_warp_global_lp"] = warp.with_defines("select_warp_global_lp", TB_STAGE_LP="0")
+    out["select_warp_prune150"] = warp.with_defines("select_warp_prune150", TB_PRUNE_PCT="150")
+    out["select_warp_prune300"] = warp.with_defines("select_warp_prune300", TB_PRUNE_PCT="300")
+    out["select_warp_from_b128"] = warp.with_defines("select_warp_from_b128", TB_SELECT_MIN_B="128")
     # occupancy: ptxas's register target (min CTAs per SM; 256 threads x 96 registers allow 2 CTAs an SM)
-    out["select_warp_mb3"] = warp.with_defines("select_warp_mb3", KDTR_TB_MIN_BLOCKS="3")
+    out["select_warp_mb3"] = warp.with_defines("select_warp_mb3", TB_MIN_BLOCKS="3")
     out["select_warp_b128_mb8"] = dataclasses.replace(warp, block=128).with_defines(
-        "select_warp_b128_mb8", KDTR_TB_MIN_BLOCKS="8"
+        "select_warp_b128_mb8", TB_MIN_BLOCKS="8"
     )
-    # the race build's designs race at every budget (select_race's launch hands B < KDTR_TB_RACE_MIN_B over to
+    # the race build's designs race at every budget (select_race's launch hands B < its race_min_b over to
     # lane_cached's build; a design that did too would time lane_cached there)
-    race = out["select_race"].with_defines("select_race_every_b", KDTR_TB_RACE_MIN_B="1")
+    race = out["select_race"].with_defines("select_race_every_b", TB_RACE_MIN_B="1")
     out["select_race_every_b"] = race
-    out["select_race_replay_only"] = race.with_defines("select_race_replay_only", KDTR_TB_SELECT_MIN_B="100000")
-    out["select_race_poll16"] = race.with_defines("select_race_poll16", KDTR_TB_RACE_POLL="16")
-    out["select_race_cap8"] = race.with_defines("select_race_cap8", KDTR_TB_SELECT="2")
-    out["select_race_mb3"] = race.with_defines("select_race_mb3", KDTR_TB_MIN_BLOCKS="3")
+    out["select_race_replay_only"] = race.with_defines("select_race_replay_only", TB_SELECT_MIN_B="100000")
+    out["select_race_poll16"] = race.with_defines("select_race_poll16", TB_RACE_POLL="16")
+    out["select_race_cap8"] = race.with_defines("select_race_cap8", TB_SELECT_CAP="2")
+    out["select_race_mb3"] = race.with_defines("select_race_mb3", TB_MIN_BLOCKS="3")
     out["select_race_block128"] = dataclasses.replace(race, variant="select_race_block128", block=128)
     out["select_race_block128_mb6"] = dataclasses.replace(race, block=128).with_defines(
-        "select_race_block128_mb6", KDTR_TB_MIN_BLOCKS="6"
+        "select_race_block128_mb6", TB_MIN_BLOCKS="6"
     )
     return out
 
@@ -275,7 +275,7 @@ def fallbacks(json_path=None, variant="select_warp"):
     the fallback rate per (inputs, B). "adversarial" is the benchmark's adversarial family (one certain token in
     every row, harness/bench/fallbacks.py) over the benchmark's rows."""
     spec = specs.get("tree_build", variant)
-    if tree_build_ops.policies(spec)[2]:  # its launches of 1024 requests would run lane_cached's build
+    if tree_build_ops.policies(spec)[2]:  # a race: its launches of 1024 requests would run lane_cached's build
         raise SystemExit(f"fallbacks: {variant} selects as select_warp does; measure select_warp")
     rows = []
     families = (

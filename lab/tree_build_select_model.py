@@ -1,4 +1,4 @@
-"""A sequential Python model of tree_build's select-then-verify path (kernels_cu/tree_build.cu, KDTR_TB_SELECT),
+"""A sequential Python model of tree_build's select-then-verify path (kernels_cu/tree_build_device/level_select.cuh),
 for trying changes to the algorithm on a CPU before spending GPU time: the same levels, thresholds, staircase
 caps, trial rounds, capacity and checks, one request at a time, with counters of the work it does.
 
@@ -22,7 +22,7 @@ from reference import tree_build as ref
 NEG_INF = float("-inf")
 TRIALS = 32  # kThresholds
 REFINE_ROUNDS = 4  # kRefineRounds
-STAIR_MAX = 256  # KDTR_TB_STAIR_MAX
+STAIR_MAX = 256  # TB_STAIR_MAX
 MASK = 2**64 - 1
 
 

@@ -21,16 +21,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def test_limits_header_is_generated_from_the_contract():
     assert gen.HEADER.read_text() == gen.render(), "kernels_cu/contract_limits.cuh is stale: run `make limits`"
     for name, value in limits.ALL.items():
-        assert f"#define KDTR_{name} {value}" in gen.render()
+        assert f"#define CONTRACT_{name} {value}" in gen.render()
 
 
 def test_no_limit_is_restated_in_the_kernels():
-    """The kernels get every limit from the generated header: no other #define of a KDTR_MAX_ name."""
+    """The kernels get every limit from the generated header: no other #define of a CONTRACT_MAX_ name."""
     for path in (ROOT / "kernels_cu").glob("*.cu*"):
         if path.name == "contract_limits.cuh":
             continue
         for line in path.read_text().splitlines():
-            assert not line.strip().startswith("#define KDTR_MAX_"), f"{path.name} restates a limit: {line}"
+            assert not line.strip().startswith("#define CONTRACT_MAX_"), f"{path.name} restates a limit: {line}"
 
 
 def test_limits_are_consistent():

@@ -3,6 +3,7 @@ list is current, every NVRTC option has an nvcc spelling, the built engine holds
 and its launchers take the geometry from the kernels' headers rather than restating it."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -44,3 +45,20 @@ def test_launchers_read_the_geometry_headers():
         assert f'#include "{h}"' in src
     for restated in ("kMinChunk", "kTargetCtas", "* 16 +", "6LL"):  # constants the headers own
         assert restated not in src, f"launch.cu restates the geometry ({restated!r})"
+
+
+def test_tree_build_launch_rule_is_the_headers():
+    """Which tree_build build a launch runs, with what geometry, is tree_build_launch() of tree_build.cuh: the engine's
+    launcher calls it once and restates none of it (no policy define read, no race rule, no layout function), and
+    the Python wrapper asks the same function through the geometry library."""
+    src = (ROOT / "engine" / "src" / "cuda" / "launch.cu").read_text()
+    body = src[src.index("void launch_tree_build(") : src.index("void launch_tree_accept(")]
+    assert body.count("tree_build_launch(") == 1
+    for restated in ("race_selects", "stages_lp", "select_cap(", "tree_build_smem(", "race_min_b", "lane_cached",
+                     "hand_off", "\"TB_"):  # fmt: skip
+        assert restated not in body, f"launch_tree_build restates the launch rule ({restated!r})"
+    assert [d for d in set(re.findall(r'define\("(\w+)"\)', src)) if d.startswith("TB_")] == ["TB_VARIANT"]
+    ops = (ROOT / "kernels_cu" / "tree_build_ops.py").read_text()
+    assert ops.count("geometry.tree_build_launch(") == 1
+    for restated in ("race_selects", "lane_cached", "hand_off", 'TB_RACE_MIN_B"]', 'TB_STAGE_LP"]'):
+        assert restated not in ops, f"tree_build_ops.py restates the launch rule ({restated!r})"

@@ -18,4 +18,4 @@ def test_engine_limits_come_from_the_generated_header():
 def test_no_engine_source_restates_a_limit():
     for path in (ROOT / "engine").rglob("*.[ch]pp"):
         for line in path.read_text().splitlines():
-            assert not line.strip().startswith("#define KDTR_MAX_"), f"{path.name}: {line}"
+            assert not line.strip().startswith("#define CONTRACT_MAX_"), f"{path.name}: {line}"

@@ -33,7 +33,7 @@ def test_reporting_spec_adds_the_define_and_keeps_everything_else():
     spec = specs.get("tree_build", "select_race_99k")
     rep = tree_build_ops.reporting_spec(spec)
     assert rep.variant == "select_race_99k_report" and rep.all_defines() == {**spec.all_defines(),
-                                                                             "KDTR_TB_FALLBACK": "2"}  # fmt: skip
+                                                                             "TB_FALLBACK": "2"}  # fmt: skip
     assert (rep.source, rep.entry, rep.block, rep.options, rep.archs) == (
         spec.source, spec.entry, spec.block, spec.options, spec.archs)  # fmt: skip
     with pytest.raises(ValueError, match="no selection"):
@@ -67,8 +67,8 @@ def test_when_a_launch_selects(variant, bs, B, why):
 
 
 def test_a_design_selecting_from_a_budget_on_says_so():
-    spec = specs.get("tree_build", "select_warp").with_defines("from_b128", KDTR_TB_SELECT_MIN_B="128")
-    assert "KDTR_TB_SELECT_MIN_B" in tree_build_ops.selection_off(spec, 1, 64, 15, 64, **H200)
+    spec = specs.get("tree_build", "select_warp").with_defines("from_b128", TB_SELECT_MIN_B="128")
+    assert "TB_SELECT_MIN_B" in tree_build_ops.selection_off(spec, 1, 64, 15, 64, **H200)
     assert tree_build_ops.selection_off(spec, 1, 128, 15, 128, **H200) is None
 
 
@@ -122,8 +122,9 @@ def test_the_planted_build_reaches_every_reporting_build():
     for v in SELECT:
         rep = tree_build_ops.reporting_spec(mutated[v])
         assert rep.patches == mutated[v].patches
-        src, _ = runtime.source_with_headers(rep)
-        finish = src[src.index("int select_finish(") : src.index("int select_build(")]
+        _, headers = runtime.source_with_headers(rep)
+        select = headers["tree_build_device/select.cuh"]  # select_finish: the three select builds' check
+        finish = select[select.index("int select_finish(") :]
         assert "const int status = kUnverified;  // planted" in finish
         assert runtime.compile_kernel(rep, rep.archs[0]).cubin
 

@@ -13,7 +13,7 @@ Two input families per case:
   L (all but the one the budget cuts), and every score sits in a tie group that only the rank tuples order (the
   deep, tie-heavy trees where the selection does the most work and is likeliest to give up: lab/PERF_NOTES.md).
 
-The counting itself (the reporting build, KDTR_TB_FALLBACK = 2, and its n_nodes codes) is
+The counting itself (the reporting build, TB_FALLBACK = 2, and its n_nodes codes) is
 kernels_cu.tree_build_ops.fallbacks(), shared with lab/tree_build_dev.py's `fallbacks`.
 """
 

@@ -11,20 +11,20 @@
 
 namespace kdtree {
 
-constexpr int64_t kMaxBatch = KDTR_MAX_BATCH;
-constexpr int64_t kMaxBudget = KDTR_MAX_BUDGET;
-constexpr int64_t kMaxDepth = KDTR_MAX_DEPTH;
-constexpr int64_t kMaxTopK = KDTR_MAX_TOPK;
-constexpr int64_t kMaxVocab = KDTR_MAX_VOCAB;
-constexpr int64_t kMaxTree = KDTR_MAX_TREE;
-constexpr int64_t kMaxContext = KDTR_MAX_CONTEXT;
-constexpr int64_t kMaxHeads = KDTR_MAX_HEADS;
-constexpr int64_t kMaxPageSize = KDTR_MAX_PAGE_SIZE;
-constexpr int64_t kMaxCacheRows = KDTR_MAX_CACHE_ROWS;
-constexpr int64_t kLatent = KDTR_LATENT;
-constexpr int64_t kRope = KDTR_ROPE;
+constexpr int64_t kMaxBatch = CONTRACT_MAX_BATCH;
+constexpr int64_t kMaxBudget = CONTRACT_MAX_BUDGET;
+constexpr int64_t kMaxDepth = CONTRACT_MAX_DEPTH;
+constexpr int64_t kMaxTopK = CONTRACT_MAX_TOPK;
+constexpr int64_t kMaxVocab = CONTRACT_MAX_VOCAB;
+constexpr int64_t kMaxTree = CONTRACT_MAX_TREE;
+constexpr int64_t kMaxContext = CONTRACT_MAX_CONTEXT;
+constexpr int64_t kMaxHeads = CONTRACT_MAX_HEADS;
+constexpr int64_t kMaxPageSize = CONTRACT_MAX_PAGE_SIZE;
+constexpr int64_t kMaxCacheRows = CONTRACT_MAX_CACHE_ROWS;
+constexpr int64_t kLatent = CONTRACT_LATENT;
+constexpr int64_t kRope = CONTRACT_ROPE;
 constexpr int64_t kHeadDim = kLatent + kRope;
-static_assert(kHeadDim == KDTR_HEAD_DIM, "the latent row is c_kv ‖ k_pe");
+static_assert(kHeadDim == CONTRACT_HEAD_DIM, "the latent row is c_kv ‖ k_pe");
 static_assert(kMaxTree == 1 + kMaxBudget, "the tree width D = 1 + B counts the root");
 
 // The largest FULL_MASK layout (bytes) tree_build makes: the contract's MAX_FULL_MASK_BYTES, so that its
@@ -33,7 +33,7 @@ static_assert(kMaxTree == 1 + kMaxBudget, "the tree width D = 1 + B counts the r
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
 constexpr int64_t kMaxFullMaskBytes = int64_t(1) << 24;
 #else
-constexpr int64_t kMaxFullMaskBytes = KDTR_MAX_FULL_MASK_BYTES;
+constexpr int64_t kMaxFullMaskBytes = CONTRACT_MAX_FULL_MASK_BYTES;
 #endif
 
 // Bad input to an op or a subcommand. what() is "ARGUMENT: problem", like the Python InputError.

@@ -26,7 +26,7 @@ struct Variant {
   const char* dtypes;   // input dtypes it takes ("" = every dtype of the contract; else "bf16 fp32"-style)
   const char* archs;    // archs it is built for ("sm_90 sm_120")
   int order;            // position in kernels_cu/specs.py SPECS
-  int block;            // threads per block (KDTR_BLOCK)
+  int block;            // threads per block (KERNEL_BLOCK)
   const KernelEntry* entries;
   int n_entries;
   const KernelDefine* defines;

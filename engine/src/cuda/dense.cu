@@ -25,9 +25,9 @@ __global__ void __launch_bounds__(kCols) matmul_rows(const float* __restrict__ x
 
 __global__ void scatter(const float* __restrict__ rows, const long long* __restrict__ offsets,
                         float* __restrict__ pool) {
-  const float* src = rows + (long long)blockIdx.x * KDTR_HEAD_DIM;
+  const float* src = rows + (long long)blockIdx.x * CONTRACT_HEAD_DIM;
   float* dst = pool + offsets[blockIdx.x];
-  for (int i = threadIdx.x; i < KDTR_HEAD_DIM; i += blockDim.x) dst[i] = src[i];
+  for (int i = threadIdx.x; i < CONTRACT_HEAD_DIM; i += blockDim.x) dst[i] = src[i];
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cuda.h>  // CUtensorMap (the sm90a kernel's cache descriptor); the driver is reached through cudart
 #include <cudaTypedefs.h>
 
+#include <stdexcept>
 #include <string>
 
 #include "arch_limits.cuh"
@@ -56,8 +57,8 @@ CUtensorMap kv_tensor_map(const void* kv, int64_t num_pages, int64_t page_size) 
   return map;
 }
 
-// A spec's own shared-memory budget (its KDTR_SMEM_BUDGET: the *_99k variants), 0 when it names none.
-long long spec_smem_budget(const Variant& v) { return std::stoll(v.define_or("KDTR_SMEM_BUDGET", "0")); }
+// A spec's own shared-memory budget (its KERNEL_SMEM_BUDGET: the *_99k variants), 0 when it names none.
+long long spec_smem_budget(const Variant& v) { return std::stoll(v.define_or("KERNEL_SMEM_BUDGET", "0")); }
 
 // tree_build's limit (as kernels_cu/tree_build_ops.py's smem_limit): the GPU's, or 64 bytes under the spec's
 // own budget where that is smaller.
@@ -66,30 +67,34 @@ long long tree_build_limit(const Variant& v) {
   return own > 0 && own < gpu().smem_optin ? own : gpu().smem_optin;
 }
 
+// The variant type a tree_build build instantiates (its TB_VARIANT: a `_99k` twin's is its base's), as its index in
+// tree_build_variants.cuh's table.
+int tree_build_type(const Variant& v) {
+  const std::string type = v.define("TB_VARIANT");
+  for (int id = 0; id < tb::kVariants; ++id)
+    if (type == tb::variant_name(id)) return id;
+  throw std::logic_error(v.name() + ": TB_VARIANT=" + type + " names no type of tree_build_variants.cuh");
+}
+
 }  // namespace
 
+// Which build runs a launch and with what geometry: tree_build_launch() in tree_build.cuh, the rule the Python
+// wrapper asks too (nothing of it is restated here).
 void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   needs_source(v, "tree_build.cu");
-  const int B = int(d.budget), L = int(d.L), K_in = int(d.K_in);
-  const int K = B < K_in ? B : K_in;
-  const int policy = std::stoi(v.define("KDTR_TB_STAGE_LP"));
-  const int select_policy = std::stoi(v.define("KDTR_TB_SELECT"));
-  const bool race = std::stoi(v.define("KDTR_TB_RACE")) != 0;
-  // a race build: beyond a wave of races or below its budget, the replay's own build runs the batch
-  // (tree_build.cuh)
-  if (race && !tree_build_race_selects(int(d.bs), B, gpu().sm_count, std::stoi(v.define("KDTR_TB_RACE_MIN_B"))))
-    return launch_tree_build(pick("tree_build", KDTR_TB_WIDE_BATCH_VARIANT), d);
-  const long long limit = tree_build_limit(v);
-  const bool stage = tree_build_stages_lp(B, L, K, limit, policy);
-  int select_cap = tree_build_select_cap(B, L, K, limit, select_policy, stage, race);
-  const size_t smem = size_t(tree_build_smem(B, L, K, stage, select_cap, race).total);
-  int lp_in_smem = stage ? 1 : 0;
+  const int type = tree_build_type(v);
+  const TreeBuildLaunch plan = tree_build_launch(tb::policy(type), type, int(d.bs), int(d.budget), int(d.L),
+                                                 int(d.K_in), tree_build_limit(v), gpu().sm_count);
+  const Variant& runs = plan.variant == type ? v : pick("tree_build", tb::variant_name(plan.variant));
+  int L = int(d.L), K_in = int(d.K_in), B = int(d.budget);
+  int lp_in_smem = plan.geometry.stage_lp ? 1 : 0, select_cap = plan.geometry.select_cap;
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
                   (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem, &select_cap,
                   (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
                   (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
                   (void*)&d.next_sibling, (void*)&d.full_mask};
-  launch(v, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
+  launch(runs, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(runs.block)), size_t(plan.geometry.smem),
+         args);
 }
 
 void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
@@ -116,7 +121,7 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
   const Variant& v = served ? requested : portable;
   const int var = served ? tv::kSm90a : (d.bf16 ? tv::kBf16 : tv::kF32);
   // the shared memory the variant's kernels were built for on this GPU's arch: it picks portable's tile
-  const long long budget = kdtr_smem_budget(spec_smem_budget(v), gpu().cc);
+  const long long budget = kernel_smem_budget(spec_smem_budget(v), gpu().cc);
   const long long QH = d.Q * d.H;
   // The split-KV plan, per request from its own length (the header's rule), as kernels_cu/tree_verify_ops.py.
   std::vector<long long> chunk(size_t(d.bs)), first(size_t(d.bs), 0);
