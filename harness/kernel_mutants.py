@@ -128,6 +128,39 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const int p = P + s_path[j];",
     ),
     "k_ta_bonus_from_root": ("tree_accept", "bonus[b] = s_tgt[u];", "bonus[b] = s_tgt[0];"),
+    # draft_topk: the tie order, the log-sum-exp, -inf, the radix passes, the row stride, the zeros
+    "k_dt_ties_higher_id": ("draft_topk", "#define DT_ID_BITS(id) (~(id))", "#define DT_ID_BITS(id) (id)"),
+    "k_dt_lse_row_truncated": (  # the one-block path's sum leaves out each thread's last logit
+        "draft_topk",
+        "    for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);",
+        "    for (int j = 0; j < DT_ITEMS - 1; ++j) s += exp_term(order_logit(ord[j]), m);",
+    ),
+    "k_dt_lse_without_last_split": (  # the merge joins every split's sum but the last
+        "draft_topk",
+        "      for (int i = 0; i < splits; ++i) {",
+        "      for (int i = 0; i < splits - 1; ++i) {",
+    ),
+    "k_dt_neg_inf_counted": (  # -inf goes into the sum: an all -inf row gives exp(-inf - -inf) = NaN
+        "draft_topk",
+        "return x == -CUDART_INF_F ? 0.0f : expf(x - m);",
+        "return expf(x - m);",
+    ),
+    "k_dt_last_bucket_dropped": (  # the radix histogram never counts digit 0
+        "draft_topk",
+        "const int digit = in ? int((key >> shift) & 0xff) : 256;",
+        "const int digit = in && ((key >> shift) & 0xff) ? int((key >> shift) & 0xff) : 256;",
+    ),
+    "k_dt_row_stride_off_by_one": (
+        "draft_topk",
+        "const T* x = logits + row * V;",
+        "const T* x = logits + row * (V - 1);",
+    ),
+    "k_dt_split_stride_off_by_one": (
+        "draft_topk",
+        "const T* x = logits + row * V + start;",
+        "const T* x = logits + row * (V - 1) + start;",
+    ),
+    "k_dt_signed_zero": ("draft_topk", "  if (x == 0.0f) x = 0.0f;", "  if (false) x = 0.0f;"),
     # tree_verify: the mask, the paging, the online softmax, the lse and the split-KV combine
     "k_tv_mask_transposed": ("tree_verify", "tree_bit(vis_b, W, qi, p - P)", "tree_bit(vis_b, W, p - P, qi)"),
     "k_tv_tree_rows_shifted": (  # tree row j read at position prefix_len + j + 1 (the prefix/tree boundary)

@@ -77,11 +77,11 @@ def render() -> str:
         " (run `make engine-kernels`).",
         "# The kernel variants the engine's CUDA backend compiles with nvcc: the same sources, defines, options and",
         "# archs as the harness's NVRTC build.",
-        f"set(KDTREE_CUDA_VARIANTS {_cmake_list(s.slug + '__' + s.variant for s in specs.SPECS)})",
+        f"set(KDTREE_CUDA_VARIANTS {_cmake_list(s.slug + '__' + s.variant for s in specs.engine_specs())})",
         "# the engine's own kernels (the model's dense layers) are built for the portable archs",
         f"set(KDTREE_CUDA_PORTABLE_GENCODE {_cmake_list(gencode(a) for a in specs.PORTABLE_ARCHS)})",
     ]
-    for order, s in enumerate(specs.SPECS):
+    for order, s in enumerate(specs.engine_specs()):
         key = f"KDTREE_CUDA_{s.slug}__{s.variant}"
         defines = [f"{k}={v}" for k, v in s.all_defines().items()]
         lines += [

@@ -48,6 +48,7 @@ SOURCES = (
     "tree_build_variants.cuh",
     "tree_accept.cuh",
     "tree_verify.cuh",
+    "draft_topk.cuh",
 )
 
 
@@ -103,6 +104,8 @@ def _library() -> ctypes.CDLL:
         [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
     )
     lib.tv_unbounded_budget.restype = ctypes.c_longlong
+    lib.geom_draft_topk_geometry.restype = None
+    lib.geom_draft_topk_geometry.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
 
 
@@ -254,3 +257,16 @@ def tree_verify_variant(kernel: str) -> int:
     """Variant id of the header for the portable kernel's 'bf16' or 'fp32' path, or the 'sm90a' kernel."""
     g = tree_verify(1, 1, 0, budget=unbounded_budget())
     return g[{"bf16": "variant_bf16", "sm90a": "variant_sm90a"}.get(kernel, "variant_f32")]
+
+
+DRAFT_TOPK_FIELDS = ("splits", "kept", "workspace_bytes", "smem_bytes", "chunk", "threads")
+
+
+@functools.cache
+def draft_topk(V: int, K: int, rows: int) -> dict[str, int]:
+    """The header's geometry of a draft_topk call on `rows` rows of V logits keeping K (draft_topk.cuh): splits per
+    row (1: one block per row), candidates kept per split, workspace bytes, dynamic shared memory of the kernels
+    that write a row, tokens per split and threads per block."""
+    out = (ctypes.c_longlong * len(DRAFT_TOPK_FIELDS))()
+    _library().geom_draft_topk_geometry(int(V), int(K), int(rows), out)
+    return dict(zip(DRAFT_TOPK_FIELDS, (int(x) for x in out)))

@@ -2,6 +2,7 @@
 // call the headers' own constexpr functions instead of restating them (kernels_cu/geometry.py builds and
 // loads this file with the host C++ compiler). The engine's host code includes the same headers directly.
 #include "arch_limits.cuh"
+#include "draft_topk.cuh"
 #include "tree_accept.cuh"
 #include "tree_build.cuh"
 #include "tree_verify.cuh"
@@ -82,4 +83,15 @@ void tv_geometry_fields(long long n_keys, long long rows, int variant, long long
   tv::geometry_fields(n_keys, rows, variant, chunk, out, budget);
 }
 long long tv_unbounded_budget() { return tv::kUnbounded; }
+
+// draft_topk: splits per row, candidates kept per split, workspace bytes for `rows` rows, dynamic shared memory of
+// the kernels that write a row, tokens per split, threads per block (the fields of draft_topk_geometry).
+void geom_draft_topk_geometry(int V, int K, long long rows, long long* out) {
+  out[0] = draft_topk_splits(V, K);
+  out[1] = draft_topk_kept(V, K);
+  out[2] = draft_topk_workspace_bytes(rows, V, K);
+  out[3] = draft_topk_smem_bytes(K);
+  out[4] = draft_topk_chunk();
+  out[5] = draft_topk_threads();
+}
 }

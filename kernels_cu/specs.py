@@ -43,6 +43,9 @@ class KernelSpec:
     # in the `cuda` selection (--impl cuda, the perf grid); a variant not yet proven on a GPU runs only when
     # named (--impl cuda:VARIANT)
     default: bool = True
+    # built by the engine's nvcc build and launched by its CUDA backend (engine/src/cuda); a spec whose op the
+    # engine does not launch yet says False, and `kdtree-engine --device cuda` refuses that op
+    in_engine: bool = True
 
     @property
     def name(self) -> str:
@@ -198,6 +201,28 @@ SPECS: tuple[KernelSpec, ...] = (
         archs=("sm_90a",),
         knobs=("split_chunk",),
     ),
+    KernelSpec(
+        "draft_topk",
+        "radix",
+        "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key (order-preserving "
+        "logit bits above the complement of its id), the K largest by 8-bit radix passes over keys held in "
+        "registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K among the splits' "
+        "candidates (the same passes), joins the splits' sums in double and sorts the K by a bitonic sort",
+        "draft_topk.cu",
+        "draft_topk_row_bf16",
+        "draft_topk_geometry",
+        256,  # DT_THREADS in draft_topk.cuh (the wrapper launches with the header's value)
+        extra_entries=(
+            "draft_topk_row_f16",
+            "draft_topk_row_f32",
+            "draft_topk_split_bf16",
+            "draft_topk_split_f16",
+            "draft_topk_split_f32",
+            "draft_topk_merge",
+        ),
+        default=False,  # until certified on a GPU: runs when named (--impl cuda:radix)
+        in_engine=False,  # the engine's CUDA backend has no draft_topk launch yet (issue 32, the engine part)
+    ),
 )
 
 # What an sm_120 GPU runs (RTX PRO 6000 Blackwell: 99 KB of shared memory per block, kernels_cu/arch_limits.cuh),
@@ -222,6 +247,11 @@ SPECS += tuple(
 def sm120_twins(slug: str | None = None) -> list[KernelSpec]:
     """The `_99k` twins (built at another arch's shared-memory budget: what an sm_120 GPU runs), of one op or all."""
     return [s for s in SPECS if "KERNEL_SMEM_BUDGET" in s.all_defines() and slug in (None, s.slug)]
+
+
+def engine_specs() -> list[KernelSpec]:
+    """The specs the engine's nvcc build compiles and its CUDA backend launches (engine/cuda/kernel_specs.cmake)."""
+    return [s for s in SPECS if s.in_engine]
 
 
 def for_op(slug: str) -> list[KernelSpec]:

@@ -1,0 +1,80 @@
+"""Launch of a draft_topk kernel spec: validation by the contract (on a host copy of the logits: their values
+are checked for NaN and +inf), the geometry from the kernel's header, buffers and the launches (one block per
+row, or a split kernel and a merge kernel through a workspace: draft_topk.cuh)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from contract import BF16, DRAFT_TOPK, TopK, limits
+
+from . import geometry
+from .arrays import Prepared, Staging, call_args, launch_kernel, run, split_args
+from .specs import KernelSpec
+
+# The kernels' entry name suffix per logits dtype.
+_DTYPES = {BF16: "bf16", np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
+
+
+def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
+    """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries in the contract's limits
+    (the sorting kernels' shared memory grows with K; the split kernels use none)."""
+    g = geometry.draft_topk(limits.MAX_VOCAB, limits.MAX_TOPK, 1)
+    most = max(geometry.draft_topk(limits.MAX_VOCAB, K, 1)["smem_bytes"] for K in range(1, limits.MAX_TOPK + 1))
+    out = {spec.geometry: (1, 0)}
+    for name in _DTYPES.values():
+        out[f"draft_topk_row_{name}"] = (g["threads"], most)
+        out[f"draft_topk_split_{name}"] = (g["threads"], 0)
+    out["draft_topk_merge"] = (g["threads"], most)
+    return out
+
+
+def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
+    """Validate a draft_topk call (the contract's signature) and set it up on the device for `spec`. `launch()`
+    enqueues the row kernel, or the split and merge kernels (what a benchmark times)."""
+    lib, like, host, dev = split_args(DRAFT_TOPK, DRAFT_TOPK.bind(*args, **kwargs))
+    checked = DRAFT_TOPK.validate(**host)
+    bs, L, V = (checked.dims[s] for s in ("bs", "L", "V"))
+    K = checked.args["K"]
+    x = dev["logits"]
+    dtype = x.dtype if hasattr(x, "dtype") else host["logits"].dtype
+    name = _DTYPES[np.dtype(dtype)]
+    rows = bs * L
+    geo = geometry.draft_topk(V, K, rows)
+    st = Staging(lib, like)
+    try:
+        st.sync_before()
+        x_ptr = st.input(x)
+        logp = st.output((bs, L, K), np.float32)
+        ids = st.output((bs, L, K), np.int32)
+        ws = st.scratch(geo["workspace_bytes"]) if geo["splits"] > 1 and rows else 0
+    except BaseException:
+        st.close()
+        raise
+    threads, smem, splits = geo["threads"], geo["smem_bytes"], geo["splits"]
+    ws_lse = ws + rows * splits * geo["kept"] * 8  # the (max, sum) pairs after the candidate keys
+
+    def launch():
+        if rows == 0:  # L = 0: nothing to select
+            return
+        if splits == 1:
+            launch_kernel(spec, rows, smem, x_ptr, np.int32(V), np.int32(K), logp[1], ids[1],
+                          entry=f"draft_topk_row_{name}", block=threads)  # fmt: skip
+        else:
+            launch_kernel(spec, (splits, rows, 1), 0, x_ptr, np.int32(V), np.int32(K), ws, ws_lse,
+                          entry=f"draft_topk_split_{name}", block=threads)  # fmt: skip
+            launch_kernel(spec, rows, smem, ws, ws_lse, np.int32(splits), np.int32(V), np.int32(K), logp[1], ids[1],
+                          entry="draft_topk_merge", block=threads)  # fmt: skip
+
+    return Prepared(st, launch, lambda: TopK(st.result(logp[0]), st.result(ids[0])))
+
+
+def bind(spec: KernelSpec):
+    """The op function of `spec`, with the contract's signature and documentation."""
+
+    @DRAFT_TOPK.implements
+    def draft_topk(logits, K):
+        return run(prepare(spec, **call_args(DRAFT_TOPK, locals())))
+
+    draft_topk.__doc__ = f"CUDA draft_topk, variant {spec.variant}: {spec.description}.\n\n{draft_topk.__doc__}"
+    return draft_topk
