@@ -202,11 +202,13 @@ def test_log_probs_within_the_bound_over_large_vocabularies(impl, V):
 
 
 @pytest.mark.spec("DT.2.4")
+@pytest.mark.parametrize("V", [4000, 4096, 4099])
 @pytest.mark.parametrize("where", ["first", "last", "middle"])
-def test_every_token_counts_in_the_sum(impl, where):
+def test_every_token_counts_in_the_sum(impl, where, V):
     """A flat row with one token 3 nats above the rest, at the row's first, last or middle place: a sum that
-    leaves out part of the row (a last block, a first element) misses it, or a share of the mass."""
-    V = 4099  # not a multiple of any block size
+    leaves out part of the row (a last block, a thread's last element, a first element) misses it, or a share of
+    the mass. V around 4,096 (a power of two, a little below, not a multiple of any block size): rows that one
+    block holds whole and rows a kernel splits."""
     x = np.zeros((1, 1, V), np.float32)
     x[0, 0, {"first": 0, "last": V - 1, "middle": V // 2}[where]] = 3.0
     x[0, 0, -5:] += 1.0

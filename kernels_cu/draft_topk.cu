@@ -124,6 +124,8 @@ struct SelectShared {
 __device__ __forceinline__ void choose_digit(SelectShared& sh, int shift) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
+  const int k = sh.k;
+  __syncwarp();  // every lane has read k before the one lane that finds the digit writes it
   int c[8], sum = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i) sum += (c[i] = sh.hist[255 - 8 * lane - i]);
@@ -134,7 +136,6 @@ __device__ __forceinline__ void choose_digit(SelectShared& sh, int shift) {
     if (lane >= o) incl += v;
   }
   int above = incl - sum;
-  const int k = sh.k;
   if (above < k && k <= incl) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
