@@ -130,10 +130,10 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     "k_ta_bonus_from_root": ("tree_accept", "bonus[b] = s_tgt[u];", "bonus[b] = s_tgt[0];"),
     # draft_topk: the tie order, the log-sum-exp, -inf, the radix passes, the row stride, the zeros
     "k_dt_ties_higher_id": ("draft_topk", "#define DT_ID_BITS(id) (~(id))", "#define DT_ID_BITS(id) (id)"),
-    "k_dt_lse_row_truncated": (  # the one-block path's sum leaves out each thread's last logit
-        "draft_topk",
-        "    for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);",
-        "    for (int j = 0; j < DT_ITEMS - 1; ++j) s += exp_term(order_logit(ord[j]), m);",
+    "k_dt_lse_row_truncated": (  # a split's sum (load_split: one-block rows and splits) leaves out each thread's
+        "draft_topk",  # last logit, the row's tokens from 3,840 of each 4,096
+        "  for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);",
+        "  for (int j = 0; j < DT_ITEMS - 1; ++j) s += exp_term(order_logit(ord[j]), m);",
     ),
     "k_dt_lse_without_last_split": (  # the merge joins every split's sum but the last
         "draft_topk",

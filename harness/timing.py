@@ -396,7 +396,8 @@ def torch_times_us(
 def torch_graph_times_us(fn: Callable[[], object], *, flush_bytes: int, policy: Policy, clock=time.perf_counter):
     """Device time of torch work `fn()` captured once in a CUDA graph and replayed, µs per call, with a flush of
     `flush_bytes` (0: none) before each replay: what a serving step that captures its work pays, without the
-    host launch gaps of eager torch (the flush ahead of each replay hides the graph's own launch)."""
+    host launch gaps of eager torch (the flush ahead of each replay hides the graph's own launch). The replays are
+    timed by torch_times_us."""
     import torch
 
     fn()  # allocations and lazy initialisation happen outside the capture
@@ -404,22 +405,4 @@ def torch_graph_times_us(fn: Callable[[], object], *, flush_bytes: int, policy: 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.int32, device="cuda") if flush_bytes else None
-    for _ in range(max(policy.warmup, 1)):
-        graph.replay()
-    torch.cuda.synchronize()
-
-    def measure(n):
-        pairs = []
-        for i in range(n):
-            if flush is not None:
-                flush.fill_(i + 1)
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            graph.replay()
-            b.record()
-            pairs.append((a, b))
-        torch.cuda.synchronize()
-        return [a.elapsed_time(b) * 1000.0 for a, b in pairs]
-
-    return repeat(measure, policy, clock)
+    return torch_times_us(graph.replay, flush_bytes=flush_bytes, policy=policy, clock=clock)

@@ -24,12 +24,7 @@
 typedef unsigned long long u64;
 
 extern "C" __global__ void draft_topk_geometry(int V, int K, long long rows, long long* out) {
-  out[0] = draft_topk_splits(V, K);
-  out[1] = draft_topk_kept(V, K);
-  out[2] = draft_topk_workspace_bytes(rows, V, K);
-  out[3] = draft_topk_smem_bytes(K);
-  out[4] = draft_topk_chunk();
-  out[5] = draft_topk_threads();
+  draft_topk_geometry_fields(V, K, rows, out);
 }
 
 __device__ __forceinline__ float to_float(float x) { return x; }
@@ -205,6 +200,26 @@ __device__ float block_sum(SelectShared& sh, float v) {
 // exp(x - m) of one logit against the block's largest m: 0 for -inf (never -inf - -inf).
 __device__ __forceinline__ float exp_term(float x, float m) { return x == -CUDART_INF_F ? 0.0f : expf(x - m); }
 
+// One split's n <= draft_topk_chunk() logits into registers (each thread DT_ITEMS, token j * DT_THREADS + thread, the
+// rest -inf), and the block's largest logit m and Σ exp(x - m) (every thread gets both).
+template <class T>
+__device__ __forceinline__ void load_split(SelectShared& sh, const T* __restrict__ x, int n, uint32_t (&ord)[DT_ITEMS],
+                                           float& m, float& s) {
+  m = -CUDART_INF_F;
+#pragma unroll
+  for (int j = 0; j < DT_ITEMS; ++j) {
+    const int i = j * DT_THREADS + threadIdx.x;
+    const float v = i < n ? to_float(x[i]) : -CUDART_INF_F;
+    m = fmaxf(m, v);
+    ord[j] = logit_order(v);
+  }
+  m = block_max(sh, m);
+  s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);
+  s = block_sum(sh, s);
+}
+
 // Sort the K selected keys (padded to a power of two with DT_NO_KEY) descending, and write the row's outputs.
 __device__ void sort_and_write(u64* keys, int K, double m, double log_sum, float* __restrict__ out_logp,
                                int* __restrict__ out_ids) {
@@ -248,19 +263,8 @@ __device__ void row_kernel(const T* __restrict__ logits, int V, int K, float* __
   __shared__ double s_m, s_log_sum;
   if (V <= draft_topk_chunk()) {
     uint32_t ord[DT_ITEMS];
-    float m = -CUDART_INF_F;
-#pragma unroll
-    for (int j = 0; j < DT_ITEMS; ++j) {
-      const int i = j * DT_THREADS + threadIdx.x;
-      const float v = i < V ? to_float(x[i]) : -CUDART_INF_F;
-      m = fmaxf(m, v);
-      ord[j] = logit_order(v);
-    }
-    m = block_max(sh, m);
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);
-    s = block_sum(sh, s);
+    float m, s;
+    load_split(sh, x, V, ord, m, s);
     if (threadIdx.x == 0) { s_m = m; s_log_sum = log(double(s)); }
     const RegisterKeys keys{ord, 0u, V};
     const u64 t = radix_threshold(sh, K, keys);
@@ -297,19 +301,8 @@ __device__ void split_kernel(const T* __restrict__ logits, int V, int K, u64* __
   const int kept = draft_topk_kept(V, K), take = min(kept, n);
   const T* x = logits + row * V + start;
   uint32_t ord[DT_ITEMS];
-  float m = -CUDART_INF_F;
-#pragma unroll
-  for (int j = 0; j < DT_ITEMS; ++j) {
-    const int i = j * DT_THREADS + threadIdx.x;
-    const float v = i < n ? to_float(x[i]) : -CUDART_INF_F;
-    m = fmaxf(m, v);
-    ord[j] = logit_order(v);
-  }
-  m = block_max(sh, m);
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);
-  s = block_sum(sh, s);
+  float m, s;
+  load_split(sh, x, n, ord, m, s);
   if (threadIdx.x == 0) ws_lse[row * splits + split] = make_float2(m, s);
   const RegisterKeys keys{ord, uint32_t(start), n};
   const u64 t = radix_threshold(sh, take, keys);

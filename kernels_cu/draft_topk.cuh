@@ -40,3 +40,14 @@ KERNEL_HD constexpr int draft_topk_pow2(int K) {
   return p;
 }
 KERNEL_HD constexpr long long draft_topk_smem_bytes(int K) { return 8LL * draft_topk_pow2(K); }
+// The fields the wrapper reads (through the geometry library and the query kernel, both calling this): splits per
+// row, candidates kept per split, workspace bytes for `rows` rows, dynamic shared memory of the kernels that write a
+// row, tokens per split, threads per block.
+KERNEL_HD inline void draft_topk_geometry_fields(int V, int K, long long rows, long long* out) {
+  out[0] = draft_topk_splits(V, K);
+  out[1] = draft_topk_kept(V, K);
+  out[2] = draft_topk_workspace_bytes(rows, V, K);
+  out[3] = draft_topk_smem_bytes(K);
+  out[4] = draft_topk_chunk();
+  out[5] = draft_topk_threads();
+}

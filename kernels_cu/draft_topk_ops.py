@@ -20,7 +20,7 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries in the contract's limits
     (the sorting kernels' shared memory grows with K; the split kernels use none)."""
     g = geometry.draft_topk(limits.MAX_VOCAB, limits.MAX_TOPK, 1)
-    most = max(geometry.draft_topk(limits.MAX_VOCAB, K, 1)["smem_bytes"] for K in range(1, limits.MAX_TOPK + 1))
+    most = g["smem_bytes"]  # grows with K: the largest K asks for the most
     out = {spec.geometry: (1, 0)}
     for name in _DTYPES.values():
         out[f"draft_topk_row_{name}"] = (g["threads"], most)
@@ -36,9 +36,8 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     checked = DRAFT_TOPK.validate(**host)
     bs, L, V = (checked.dims[s] for s in ("bs", "L", "V"))
     K = checked.args["K"]
-    x = dev["logits"]
-    dtype = x.dtype if hasattr(x, "dtype") else host["logits"].dtype
-    name = _DTYPES[np.dtype(dtype)]
+    x = dev["logits"]  # a numpy array or a DeviceArray: both carry the dtype
+    name = _DTYPES[np.dtype(x.dtype)]
     rows = bs * L
     geo = geometry.draft_topk(V, K, rows)
     st = Staging(lib, like)

@@ -84,14 +84,8 @@ void tv_geometry_fields(long long n_keys, long long rows, int variant, long long
 }
 long long tv_unbounded_budget() { return tv::kUnbounded; }
 
-// draft_topk: splits per row, candidates kept per split, workspace bytes for `rows` rows, dynamic shared memory of
-// the kernels that write a row, tokens per split, threads per block (the fields of draft_topk_geometry).
+// draft_topk: the fields of draft_topk_geometry_fields (draft_topk.cuh).
 void geom_draft_topk_geometry(int V, int K, long long rows, long long* out) {
-  out[0] = draft_topk_splits(V, K);
-  out[1] = draft_topk_kept(V, K);
-  out[2] = draft_topk_workspace_bytes(rows, V, K);
-  out[3] = draft_topk_smem_bytes(K);
-  out[4] = draft_topk_chunk();
-  out[5] = draft_topk_threads();
+  draft_topk_geometry_fields(V, K, rows, out);
 }
 }
