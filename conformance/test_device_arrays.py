@@ -1,4 +1,5 @@
-"""The CUDA wrappers take device arrays (cupy, torch) and answer in kind (TB.4.4, TA.4.3)."""
+"""The CUDA wrappers take device arrays (cupy, torch) and answer in kind (TB.4.4, TA.4.3, TV.3.6, DT.4.4), and the
+capturable paths check values on the device (TB.4.5, DT.4.5)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import importlib
 import numpy as np
 import pytest
 
-from contract import BF16, Accept, InputError, Tree
+from contract import BF16, Accept, InputError, TopK, Tree
 from harness import strategies as hh
 from harness.cases import run
 from harness.compare import assert_bit_exact
@@ -65,9 +66,9 @@ def test_tree_build_device_arrays(impl, lib_name):
         run(impl, case.with_args(**{**dev, "top_logp": to_dev(lib, lib_name, bad)}))
 
 
-def _deferred_variant(impl):
-    if impl.kind != "cuda" or "tree_build" not in impl.loaders:
-        pytest.skip(f"{impl.name}: deferred device checks are a path of the CUDA tree_build wrapper")
+def _deferred_variant(impl, slug="tree_build"):
+    if impl.kind != "cuda" or slug not in impl.loaders:
+        pytest.skip(f"{impl.name}: deferred device checks are a path of the CUDA {slug} wrapper")
     return impl.variant
 
 
@@ -212,3 +213,94 @@ def test_tree_verify_device_arrays(impl, lib_name, dtype):
     bad_vis = bad if lib_name == "torch" else to_dev(lib, lib_name, bad)
     with pytest.raises(InputError, match="visibility: request 0 row 1 does not see the root"):
         run(impl, case.with_args(**{**arrays, "visibility": bad_vis}))
+
+
+@pytest.mark.spec("DT.4.4")
+@pytest.mark.parametrize("lib_name,dtype", [("cupy", "fp32"), ("torch", "fp32"), ("torch", "bf16")])
+@pytest.mark.parametrize("V", [300, 5000])
+def test_draft_topk_device_arrays(impl, lib_name, dtype, V):
+    """One block per row (V 300) and the split and merge kernels (V 5,000): device logits in, device results out,
+    the numpy call's bits."""
+    lib = _lib(impl, lib_name)
+    rng = np.random.default_rng(13)
+    x = hh.logit_rows(rng, (2, 3, V), np.float32, "normal")
+    x[0, 1, ::7] = -np.inf
+    x = x.astype(BF16 if dtype == "bf16" else np.float32)
+    want = run(impl, hh.topk_logits_case(x, 16))
+    if dtype == "bf16":  # numpy hands bf16 over as raw 16-bit words
+        dev = lib.from_numpy(x.view(np.int16)).cuda().view(lib.bfloat16)
+    else:
+        dev = to_dev(lib, lib_name, x)
+    got = run(impl, hh.topk_logits_case(dev, 16))
+    for f in TopK.FIELDS:
+        y = getattr(got, f)
+        assert type(y).__module__.split(".")[0] == lib_name, f"{f} came back as {type(y)}"
+        assert_bit_exact(to_host(lib_name, y), getattr(want, f), what=f, spec_id="DT.4.4")
+    bad = x.copy()
+    bad[1, 2, V - 1] = np.inf
+    bad_dev = (
+        lib.from_numpy(bad.view(np.int16)).cuda().view(lib.bfloat16) if dtype == "bf16" else to_dev(lib, lib_name, bad)
+    )
+    with pytest.raises(InputError, match=rf"logits: \+inf at \[request 1, depth 2, token {V - 1}\]"):
+        run(impl, hh.topk_logits_case(bad_dev, 16))
+
+
+# One bad value per check of DT.1.2 the device makes (the first in C order is named, as on the host).
+DT_DEFERRED_BAD = {
+    "nan_split": ((1, 2, 4097), np.nan, r"logits: NaN at \[request 1, depth 2, token 4097\]"),
+    "inf_first": ((0, 0, 0), np.inf, r"logits: \+inf at \[request 0, depth 0, token 0\]"),
+    "inf_last": ((1, 2, -1), np.inf, r"logits: \+inf at \[request 1, depth 2, token {last}\]"),
+}
+
+
+@pytest.mark.spec("DT.4.5")
+@pytest.mark.parametrize("V", [300, 5000])
+@pytest.mark.parametrize("bad", [None, *DT_DEFERRED_BAD])
+def test_draft_topk_deferred_checks(impl, V, bad):
+    """The deferred path: a captured launch gives the checked call's bits (-inf is a masked token, not an
+    error); a NaN or +inf logit gets the contract's error naming its index, raised when the results are read."""
+    from harness import timing
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "draft_topk")
+    cp = _lib(impl, "cupy")
+    x = hh.logit_rows(np.random.default_rng(17), (2, 3, V), np.float32, "normal")
+    x[0, 1, ::5] = -np.inf
+    message = None
+    if bad is not None:
+        where, value, message = DT_DEFERRED_BAD[bad]
+        if where[2] >= V:
+            pytest.skip(f"token {where[2]} is past V={V}")
+        x[where] = value
+        message = message.format(last=V - 1)
+        with pytest.raises(InputError, match=message):  # the host-checked call names the same error
+            ops.prepare("draft_topk", variant, x, 16).finish()
+    p = ops.prepare_deferred("draft_topk", variant, cp.asarray(x), 16)
+    try:
+        _, method = timing.device_times_us([p.launch], plan=timing.WARM, policy=timing.Policy(1, 1, 1, 0.0, 1))
+        assert method.startswith("CUDA graph"), f"the deferred launch was not captured: {method}"
+        if message is not None:
+            with pytest.raises(InputError, match=message):
+                p.results()
+            return
+        got = p.results()
+    finally:
+        p.staging.close()
+    want = ops.function("draft_topk", variant)(x, 16)
+    for f in TopK.FIELDS:
+        assert_bit_exact(to_host("cupy", getattr(got, f)), getattr(want, f), what=f, spec_id="DT.4.5")
+
+
+@pytest.mark.spec("DT.4.5")
+def test_draft_topk_deferred_checks_shapes_on_the_host(impl):
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "draft_topk")
+    cp = _lib(impl, "cupy")
+    x = np.zeros((1, 2, 8), np.float32)
+    with pytest.raises(InputError, match="logits: deferred checks take device arrays"):
+        ops.prepare_deferred("draft_topk", variant, x, 4)
+    with pytest.raises(InputError, match=r"K: 9 > V=8"):
+        ops.prepare_deferred("draft_topk", variant, cp.asarray(x), 9)
+    with pytest.raises(InputError, match=r"logits: shape \(8,\) has 1 dims, expected 3"):
+        ops.prepare_deferred("draft_topk", variant, cp.asarray(x[0, 0]), 4)

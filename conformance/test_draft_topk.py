@@ -147,6 +147,22 @@ def test_ties_go_to_the_lower_id_at_the_kth_place(impl, dtype):
     assert got.top_ids[0, 0].tolist() == sorted(top) + [2, 9], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
 
 
+@pytest.mark.spec("DT.2.1", "DT.2.4", "DT.3.1")
+@pytest.mark.parametrize("period,allowed", [(256, 224), (256, 32), (64, 60), (8192, 100)])
+@pytest.mark.parametrize("V", [4096, 40_000])
+@pytest.mark.parametrize("K", [1, 8, 64])
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float32)], ids=["bf16", "fp32"])
+def test_periodic_masks(impl, period, allowed, V, K, dtype):
+    """A vocabulary masked in a periodic pattern (only the first `allowed` tokens of every `period` may be drawn,
+    as a grammar or reserved id ranges mask it): the finite logits crowd into some stretches of each row and are
+    absent from others, the worst case of a kernel that bounds its candidates by a sample of each stretch."""
+    x = hh.logit_rows(np.random.default_rng(period + allowed + V), (2, 2, V), np.float32, "normal")
+    x[..., np.arange(V) % period >= allowed] = -np.inf
+    x = x.astype(dtype)
+    got = run(impl, case(x, K))
+    topk.assert_matches_oracle(got, x, K)
+
+
 @pytest.mark.spec("DT.2.1")
 def test_bf16_ties_over_a_large_row(impl):
     """bf16 logits over 32,000 tokens tie in long runs (8 bits of mantissa): the order is still exact."""

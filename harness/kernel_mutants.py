@@ -135,10 +135,10 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "  for (int j = 0; j < DT_ITEMS; ++j) s += exp_term(order_logit(ord[j]), m);",
         "  for (int j = 0; j < DT_ITEMS - 1; ++j) s += exp_term(order_logit(ord[j]), m);",
     ),
-    "k_dt_lse_without_last_split": (  # the merge joins every split's sum but the last
+    "k_dt_lse_without_last_split": (  # the merge joins every split's sum but the last (lane l sums splits l, l + 32)
         "draft_topk",
-        "      for (int i = 0; i < splits; ++i) {",
-        "      for (int i = 0; i < splits - 1; ++i) {",
+        "      for (int i = threadIdx.x; i < splits; i += 32) {",
+        "      for (int i = threadIdx.x; i < splits - 1; i += 32) {",
     ),
     # (No "-inf counted" mutant: dropping exp_term's -inf guard changes nothing the op returns, since an all -inf
     # row's log-probs are -inf by the output's own guard and a split's NaN sum is skipped by the merge; judged
@@ -164,6 +164,22 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const T* x = logits + row * (V - 1) + start;",
     ),
     "k_dt_signed_zero": ("draft_topk", "  if (x == 0.0f) x = 0.0f;", "  if (false) x = 0.0f;"),
+    # draft_topk:prefilter: the bound, the ranks, the fall back to the radix passes
+    "k_dt_prefilter_bound_of_warp0": (  # the bound from warp 0 alone: fewer than K keys may lie above it
+        "draft_topk",
+        "for (int w = 1; w < kWarps; ++w) b = sh.bound[w] < b ? sh.bound[w] : b;",
+        "for (int w = 1; w < 1; ++w) b = sh.bound[w] < b ? sh.bound[w] : b;",
+    ),
+    "k_dt_prefilter_rank_counts_self": (
+        "draft_topk",
+        "for (int k = 0; k < n; ++k) rank += sh.cand[k] > c;",
+        "for (int k = 0; k < n; ++k) rank += sh.cand[k] >= c;",
+    ),
+    "k_dt_prefilter_no_fallback": (  # past DT_CAND_CAP candidates, the first DT_CAND_CAP gathered are ranked
+        "draft_topk",
+        "  const int n = sh.ncand;\n  if (n > DT_CAND_CAP) return false;",
+        "  const int n = min(sh.ncand, DT_CAND_CAP);",
+    ),
     # tree_verify: the mask, the paging, the online softmax, the lse and the split-KV combine
     "k_tv_mask_transposed": ("tree_verify", "tree_bit(vis_b, W, qi, p - P)", "tree_bit(vis_b, W, p - P, qi)"),
     "k_tv_tree_rows_shifted": (  # tree row j read at position prefix_len + j + 1 (the prefix/tree boundary)

@@ -14,7 +14,8 @@
 // Launch (draft_topk.cuh): draft_topk_splits(V, K) == 1: draft_topk_row_<dtype> with grid = rows; else
 // draft_topk_split_<dtype> with grid (splits, rows), then draft_topk_merge with grid = rows. Block DT_THREADS;
 // dynamic shared memory draft_topk_smem_bytes(K) for the kernels that write the row (row, merge).
-// Values are checked on the host first (contract): no NaN, no +inf; -inf is a token the drafter masked.
+// The row and split kernels take a flag (DT.4.5): nullptr when the contract checked the values on the host first
+// (no NaN, no +inf; -inf is a token the drafter masked), else set on the device when a refused value is read.
 #include "draft_topk.cuh"
 
 #ifndef CUDART_INF_F
@@ -103,6 +104,24 @@ struct StoredKeys {  // the splits' candidates in global memory: `kept` slots pe
       }
     }
   }
+  // The first tile (all of them when splits * kept <= draft_topk_chunk()) into registers, as the visit orders them.
+  __device__ __forceinline__ void load(u64 (&out)[DT_ITEMS]) const {
+    const int last = min(kept, V - (splits - 1) * draft_topk_chunk());
+    const int end = (splits - 1) * kept + last;
+#pragma unroll
+    for (int j = 0; j < DT_ITEMS; ++j) {
+      const int i = j * DT_THREADS + threadIdx.x;
+      out[j] = i < end ? key[i] : DT_NO_KEY;
+    }
+  }
+};
+
+struct LoadedKeys {  // DT_ITEMS keys per thread in registers (the merge's candidates when they fit one split)
+  const u64* key;
+  template <class F> __device__ __forceinline__ void operator()(F f) const {
+#pragma unroll
+    for (int j = 0; j < DT_ITEMS; ++j) f(key[j]);
+  }
 };
 
 struct SelectShared {
@@ -112,6 +131,9 @@ struct SelectShared {
   int done;   // the current bucket is taken whole: every key >= prefix is selected
   int count;  // gathered keys
   float red[32];
+  u64 bound[DT_THREADS / 32];  // the prefilter's per-warp bounds
+  int ncand;                   // the prefilter's candidates (may exceed DT_CAND_CAP: then the radix passes select)
+  u64 cand[DT_CAND_CAP];
 };
 
 // One pass's digit: the bucket d holding the k-th largest key among those counted, found by warp 0 (lane l owns
@@ -176,6 +198,66 @@ __device__ u64 radix_threshold(SelectShared& sh, int K, ForEach for_each_key) {
   return t;
 }
 
+// The j-th largest (1 <= j <= 32) of the warp's 32 values, in every lane: a bitonic sort across the lanes,
+// descending.
+__device__ __forceinline__ u64 warp_jth_largest(u64 v, int j) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1) {
+#pragma unroll
+    for (int d = k >> 1; d > 0; d >>= 1) {
+      const u64 o = __shfl_xor_sync(0xffffffffu, v, d);
+      const bool keep_larger = ((lane & d) == 0) == ((lane & k) == 0);
+      v = keep_larger ? (v > o ? v : o) : (v < o ? v : o);
+    }
+  }
+  return __shfl_sync(0xffffffffu, v, j - 1);
+}
+
+// The prefilter (DT_PREFILTER): the `take` largest keys without the radix passes, where a cheap bound leaves few
+// candidates. With j = ceil(take / warps), each warp's j-th largest thread-best key is a key with j keys of the warp
+// at or above it, so at least warps * j >= take keys lie at or above their minimum b: every selected key is >= b.
+// The keys >= b (usually a few more than take: keys are distinct, ties included) are gathered into shared memory
+// and each is ranked by counting the candidates above it; `write(rank, key)` gets the take best, rank 0 the
+// largest. Returns false (the block's decision, nothing written) when j > 32 or the candidates outnumber
+// DT_CAND_CAP: the caller then selects by the radix passes.
+template <class ForEach, class Write>
+__device__ bool prefilter_select(SelectShared& sh, int take, ForEach for_each_key, Write write) {
+  constexpr int kWarps = DT_THREADS / 32;
+  const int j = (take + kWarps - 1) / kWarps;
+  if (j > 32) return false;
+  const int lane = threadIdx.x & 31;
+  u64 best = DT_NO_KEY;
+  for_each_key([&](u64 key) { best = key > best ? key : best; });
+  const u64 wb = warp_jth_largest(best, j);
+  if (lane == 0) sh.bound[threadIdx.x >> 5] = wb;
+  if (threadIdx.x == 0) sh.ncand = 0;
+  __syncthreads();
+  u64 b = sh.bound[0];
+  for (int w = 1; w < kWarps; ++w) b = sh.bound[w] < b ? sh.bound[w] : b;
+  for_each_key([&](u64 key) {  // every lane visits as many keys: the ballot is the whole warp's
+    const bool in = key != DT_NO_KEY && key >= b;
+    const unsigned ballot = __ballot_sync(0xffffffffu, in);
+    if (ballot == 0) return;
+    const int leader = __ffs(ballot) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(&sh.ncand, __popc(ballot));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    const int at = base + __popc(ballot & ((1u << lane) - 1u));
+    if (in && at < DT_CAND_CAP) sh.cand[at] = key;
+  });
+  __syncthreads();
+  const int n = sh.ncand;
+  if (n > DT_CAND_CAP) return false;
+  for (int i = threadIdx.x; i < n; i += DT_THREADS) {
+    const u64 c = sh.cand[i];
+    int rank = 0;
+    for (int k = 0; k < n; ++k) rank += sh.cand[k] > c;
+    if (rank < take) write(rank, c);
+  }
+  return true;
+}
+
 // Block-wide max and sum (every thread gets the result; a fixed tree, so the same bits run to run).
 __device__ float block_max(SelectShared& sh, float v) {
 #pragma unroll
@@ -200,19 +282,30 @@ __device__ float block_sum(SelectShared& sh, float v) {
 // exp(x - m) of one logit against the block's largest m: 0 for -inf (never -inf - -inf).
 __device__ __forceinline__ float exp_term(float x, float m) { return x == -CUDART_INF_F ? 0.0f : expf(x - m); }
 
+// DT.1.2 on the device (the deferred path, DT.4.5): NaN and +inf are refused. A thread notes what it read and
+// sets the call's flag once; the wrapper raises the contract's error (naming the first bad index, found on the
+// host) when the results are read. flag == nullptr: the values were checked on the host before the launch.
+__device__ __forceinline__ bool is_refused(float v) { return !(v <= 3.402823466e38f) && v != -CUDART_INF_F; }
+__device__ __forceinline__ void flag_if(unsigned* flag, bool bad) {
+  if (flag != nullptr && bad) atomicOr(flag, 1u);
+}
+
 // One split's n <= draft_topk_chunk() logits into registers (each thread DT_ITEMS, token j * DT_THREADS + thread, the
 // rest -inf), and the block's largest logit m and Σ exp(x - m) (every thread gets both).
 template <class T>
 __device__ __forceinline__ void load_split(SelectShared& sh, const T* __restrict__ x, int n, uint32_t (&ord)[DT_ITEMS],
-                                           float& m, float& s) {
+                                           float& m, float& s, unsigned* flag) {
   m = -CUDART_INF_F;
+  bool bad = false;
 #pragma unroll
   for (int j = 0; j < DT_ITEMS; ++j) {
     const int i = j * DT_THREADS + threadIdx.x;
     const float v = i < n ? to_float(x[i]) : -CUDART_INF_F;
+    bad |= is_refused(v);
     m = fmaxf(m, v);
     ord[j] = logit_order(v);
   }
+  flag_if(flag, bad);
   m = block_max(sh, m);
   s = 0.0f;
 #pragma unroll
@@ -220,9 +313,13 @@ __device__ __forceinline__ void load_split(SelectShared& sh, const T* __restrict
   s = block_sum(sh, s);
 }
 
-// Sort the K selected keys (padded to a power of two with DT_NO_KEY) descending, and write the row's outputs.
-__device__ void sort_and_write(u64* keys, int K, double m, double log_sum, float* __restrict__ out_logp,
-                               int* __restrict__ out_ids) {
+// Gather every key >= t into keys[] (at most K of them by construction).
+__device__ __forceinline__ void gather(SelectShared& sh, u64* keys, u64 key, u64 t) {
+  if (key != DT_NO_KEY && key >= t) keys[atomicAdd(&sh.count, 1)] = key;
+}
+
+// Sort the K selected keys (padded to a power of two with DT_NO_KEY) descending.
+__device__ void sort_keys(u64* keys, int K) {
   const int P = draft_topk_pow2(K);
   for (int i = K + threadIdx.x; i < P; i += blockDim.x) keys[i] = DT_NO_KEY;
   __syncthreads();
@@ -238,6 +335,11 @@ __device__ void sort_and_write(u64* keys, int K, double m, double log_sum, float
       __syncthreads();
     }
   }
+}
+
+// The row's outputs from its K keys sorted descending.
+__device__ void write_row(const u64* keys, int K, double m, double log_sum, float* __restrict__ out_logp,
+                          int* __restrict__ out_ids) {
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
     const u64 key = keys[i];
     const float x = key_logit(key);
@@ -247,16 +349,26 @@ __device__ void sort_and_write(u64* keys, int K, double m, double log_sum, float
   }
 }
 
-// Gather every key >= t into keys[] (at most K of them by construction).
-__device__ __forceinline__ void gather(SelectShared& sh, u64* keys, u64 key, u64 t) {
-  if (key != DT_NO_KEY && key >= t) keys[atomicAdd(&sh.count, 1)] = key;
+// The K largest of the keys `for_each_key` visits into keys[0, K), sorted descending: ranked by the prefilter
+// where it applies, else by the radix passes, a gather and a sort.
+template <class ForEach>
+__device__ void select_sorted(SelectShared& sh, int K, ForEach for_each_key, u64* keys) {
+  if (!DT_PREFILTER || !prefilter_select(sh, K, for_each_key, [&](int r, u64 c) { keys[r] = c; })) {
+    const u64 t = radix_threshold(sh, K, for_each_key);
+    if (threadIdx.x == 0) sh.count = 0;
+    __syncthreads();
+    for_each_key([&](u64 key) { gather(sh, keys, key, t); });
+    __syncthreads();
+    sort_keys(keys, K);
+  }
+  __syncthreads();
 }
 
 // One block, one whole row: its keys in registers when the row fits (V <= chunk), else streamed from global
 // memory at each pass (K larger than an eighth of a split: rare, and exact all the same).
 template <class T>
 __device__ void row_kernel(const T* __restrict__ logits, int V, int K, float* __restrict__ out_logp,
-                           int* __restrict__ out_ids) {
+                           int* __restrict__ out_ids, unsigned* flag) {
   __shared__ SelectShared sh;
   const long long row = blockIdx.x;
   const T* x = logits + row * V;
@@ -264,35 +376,32 @@ __device__ void row_kernel(const T* __restrict__ logits, int V, int K, float* __
   if (V <= draft_topk_chunk()) {
     uint32_t ord[DT_ITEMS];
     float m, s;
-    load_split(sh, x, V, ord, m, s);
+    load_split(sh, x, V, ord, m, s, flag);
     if (threadIdx.x == 0) { s_m = m; s_log_sum = log(double(s)); }
-    const RegisterKeys keys{ord, 0u, V};
-    const u64 t = radix_threshold(sh, K, keys);
-    if (threadIdx.x == 0) sh.count = 0;
-    __syncthreads();
-    keys([&](u64 key) { gather(sh, dyn_keys, key, t); });
+    select_sorted(sh, K, RegisterKeys{ord, 0u, V}, dyn_keys);
   } else {
     float m = -CUDART_INF_F;
-    for (int i = threadIdx.x; i < V; i += DT_THREADS) m = fmaxf(m, to_float(x[i]));
+    bool bad = false;
+    for (int i = threadIdx.x; i < V; i += DT_THREADS) {
+      const float v = to_float(x[i]);
+      bad |= is_refused(v);
+      m = fmaxf(m, v);
+    }
+    flag_if(flag, bad);
     m = block_max(sh, m);
     float s = 0.0f;
     for (int i = threadIdx.x; i < V; i += DT_THREADS) s += exp_term(to_float(x[i]), m);
     s = block_sum(sh, s);
     if (threadIdx.x == 0) { s_m = m; s_log_sum = log(double(s)); }
-    const LogitKeys<T> for_each{x, V};
-    const u64 t = radix_threshold(sh, K, for_each);
-    if (threadIdx.x == 0) sh.count = 0;
-    __syncthreads();
-    for_each([&](u64 key) { gather(sh, dyn_keys, key, t); });
+    select_sorted(sh, K, LogitKeys<T>{x, V}, dyn_keys);
   }
-  __syncthreads();
-  sort_and_write(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
+  write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
 // One split of one row: its K best keys (unsorted; a short last split keeps fewer) and its (max, sum) pair.
 template <class T>
 __device__ void split_kernel(const T* __restrict__ logits, int V, int K, u64* __restrict__ ws_keys,
-                             float2* __restrict__ ws_lse) {
+                             float2* __restrict__ ws_lse, unsigned* flag) {
   __shared__ SelectShared sh;
   const int split = blockIdx.x, splits = gridDim.x;
   const long long row = blockIdx.y;
@@ -302,18 +411,21 @@ __device__ void split_kernel(const T* __restrict__ logits, int V, int K, u64* __
   const T* x = logits + row * V + start;
   uint32_t ord[DT_ITEMS];
   float m, s;
-  load_split(sh, x, n, ord, m, s);
+  load_split(sh, x, n, ord, m, s, flag);
   if (threadIdx.x == 0) ws_lse[row * splits + split] = make_float2(m, s);
   const RegisterKeys keys{ord, uint32_t(start), n};
+  u64* out = ws_keys + (row * splits + split) * (long long)kept;
+  if (DT_PREFILTER && prefilter_select(sh, take, keys, [&](int r, u64 c) { out[r] = c; })) return;
   const u64 t = radix_threshold(sh, take, keys);
   if (threadIdx.x == 0) sh.count = 0;
   __syncthreads();
-  u64* out = ws_keys + (row * splits + split) * (long long)kept;
   keys([&](u64 key) { gather(sh, out, key, t); });
 }
 
-// The row's K among its splits' candidates, and its logsumexp from the splits' pairs (in split order, in double).
-extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_merge(const u64* __restrict__ ws_keys,
+// The row's K among its splits' candidates, and its logsumexp from the splits' (max, sum) pairs, joined in double
+// by warp 0 (each lane its splits in order, then a fixed tree: the same bits run to run).
+// (At least one block per SM, no more asked: ptxas's own target held sm_120's build to 64 registers and spilled.)
+extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(const u64* __restrict__ ws_keys,
     const float2* __restrict__ ws_lse, int splits, int V, int K, float* __restrict__ out_logp,
     int* __restrict__ out_ids) {
   __shared__ SelectShared sh;
@@ -321,34 +433,47 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_merge(const 
   const long long row = blockIdx.x;
   const int kept = draft_topk_kept(V, K), n = splits * kept;
   const u64* cand = ws_keys + row * n;
-  if (threadIdx.x == 0) {
-    double M = -CUDART_INF, S = 0.0;
-    for (int i = 0; i < splits; ++i) M = fmax(M, double(ws_lse[row * splits + i].x));
-    if (M != -CUDART_INF)
-      for (int i = 0; i < splits; ++i) {
-        const float2 p = ws_lse[row * splits + i];
+  const float2* pairs = ws_lse + row * splits;
+  if (threadIdx.x < 32) {
+    float mf = -CUDART_INF_F;
+    for (int i = threadIdx.x; i < splits; i += 32) mf = fmaxf(mf, pairs[i].x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mf = fmaxf(mf, __shfl_xor_sync(0xffffffffu, mf, o));
+    const double M = mf;
+    double S = 0.0;
+    if (mf != -CUDART_INF_F)
+      for (int i = threadIdx.x; i < splits; i += 32) {
+        const float2 p = pairs[i];
         if (p.x != -CUDART_INF_F) S += double(p.y) * exp(double(p.x) - M);
       }
-    s_m = M;
-    s_log_sum = M == -CUDART_INF ? 0.0 : log(S);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
+    if (threadIdx.x == 0) {
+      s_m = M;
+      s_log_sum = mf == -CUDART_INF_F ? 0.0 : log(S);
+    }
   }
-  const StoredKeys for_each{cand, splits, kept, V};
-  const u64 t = radix_threshold(sh, K, for_each);
-  if (threadIdx.x == 0) sh.count = 0;
-  __syncthreads();
-  for_each([&](u64 key) { gather(sh, dyn_keys, key, t); });
-  __syncthreads();
-  sort_and_write(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
+  const StoredKeys stored{cand, splits, kept, V};
+  if (n <= draft_topk_chunk()) {  // the candidates fit one split: into registers once
+    u64 key[DT_ITEMS];
+    stored.load(key);
+    select_sorted(sh, K, LoadedKeys{key}, dyn_keys);
+  } else {
+    select_sorted(sh, K, stored, dyn_keys);
+  }
+  write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
 #define DT_ENTRIES(NAME, T)                                                                                  \
   extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_row_##NAME(                            \
-      const T* __restrict__ logits, int V, int K, float* __restrict__ out_logp, int* __restrict__ out_ids) { \
-    row_kernel<T>(logits, V, K, out_logp, out_ids);                                                          \
+      const T* __restrict__ logits, int V, int K, float* __restrict__ out_logp, int* __restrict__ out_ids,   \
+      unsigned* flag) {                                                                                      \
+    row_kernel<T>(logits, V, K, out_logp, out_ids, flag);                                                    \
   }                                                                                                          \
   extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_split_##NAME(                          \
-      const T* __restrict__ logits, int V, int K, u64* __restrict__ ws_keys, float2* __restrict__ ws_lse) {  \
-    split_kernel<T>(logits, V, K, ws_keys, ws_lse);                                                          \
+      const T* __restrict__ logits, int V, int K, u64* __restrict__ ws_keys, float2* __restrict__ ws_lse,    \
+      unsigned* flag) {                                                                                      \
+    split_kernel<T>(logits, V, K, ws_keys, ws_lse, flag);                                                    \
   }
 DT_ENTRIES(bf16, bf16_t)
 DT_ENTRIES(f16, f16_t)

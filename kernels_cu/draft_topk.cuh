@@ -19,6 +19,15 @@
 #define DT_ITEMS 16
 #endif
 
+// The selection: DT_PREFILTER 1 ranks the few keys above a cheap bound and falls back to the radix passes when they
+// are more than DT_CAND_CAP; 0 always takes the radix passes (draft_topk.cu). Both select the same keys.
+#ifndef DT_PREFILTER
+#define DT_PREFILTER 1
+#endif
+#ifndef DT_CAND_CAP
+#define DT_CAND_CAP 512
+#endif
+
 KERNEL_HD constexpr int draft_topk_threads() { return DT_THREADS; }
 KERNEL_HD constexpr int draft_topk_chunk() { return DT_THREADS * DT_ITEMS; }
 // Splits per row: 1 (one block per row) when the row fits one split or K is larger than an eighth of a split

@@ -1,6 +1,10 @@
 """Launch of a draft_topk kernel spec: validation by the contract (on a host copy of the logits: their values
 are checked for NaN and +inf), the geometry from the kernel's header, buffers and the launches (one block per
-row, or a split kernel and a merge kernel through a workspace: draft_topk.cuh)."""
+row, or a split kernel and a merge kernel through a workspace: draft_topk.cuh).
+
+`prepare_deferred` is the capturable path for device-resident logits (spec DT.4.5): the contract's shape-only
+checks on the host, the NaN / +inf check in the kernels that read the logits (an error flag), and the contract's
+full validate() on a host copy only when the flag is set, when the results are read."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import numpy as np
 from contract import BF16, DRAFT_TOPK, TopK, limits
 
 from . import geometry
-from .arrays import Prepared, Staging, call_args, launch_kernel, run, split_args
+from .arrays import Prepared, Staging, call_args, check, device_only, driver, launch_kernel, run, split_args
 from .specs import KernelSpec
 
 # The kernels' entry name suffix per logits dtype.
@@ -34,9 +38,45 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     enqueues the row kernel, or the split and merge kernels (what a benchmark times)."""
     lib, like, host, dev = split_args(DRAFT_TOPK, DRAFT_TOPK.bind(*args, **kwargs))
     checked = DRAFT_TOPK.validate(**host)
-    bs, L, V = (checked.dims[s] for s in ("bs", "L", "V"))
-    K = checked.args["K"]
-    x = dev["logits"]  # a numpy array or a DeviceArray: both carry the dtype
+    st, launch, collect, _ = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=False)
+    return Prepared(st, launch, collect)
+
+
+class Deferred(Prepared):
+    """A prepared call whose NaN / +inf check runs on the device: `launch()` enqueues the flag's reset and the
+    kernels (no host work: capturable); `check()` reads the flag and, when it is set, raises the contract's error
+    for these logits; `results()` and `finish()` check first."""
+
+    def __init__(self, staging, launch, collect, check_fn):
+        super().__init__(staging, launch, lambda: (check_fn(), collect())[1])
+        self.check = check_fn
+
+
+def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+    """Set up a draft_topk call on device-resident logits (cupy, torch) with the value checks on the device.
+    The shape-only checks run here (InputError now); a NaN or +inf logit raises the same InputError as prepare()
+    would, from check() / results() after the launch."""
+    named = DRAFT_TOPK.bind(*args, **kwargs)
+    x = device_only("logits", named["logits"])
+    checked = DRAFT_TOPK.validate_shapes(x.info(), named["K"])
+    st, launch, collect, flag = _setup(spec, x.lib, named["logits"], x, checked.dims, checked.args["K"], flag=True)
+
+    def check_flag():
+        st.g.stream.sync()
+        got = np.zeros(1, np.uint32)
+        check(driver().cuMemcpyDtoH(got.ctypes.data, flag, 4))
+        if got[0]:
+            DRAFT_TOPK.validate(x.host(), named["K"])  # raises the named error, with the first bad index
+            raise RuntimeError("draft_topk: the device check flagged logits that the contract accepts")
+
+    return Deferred(st, launch, collect, check_flag)
+
+
+def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool) -> tuple:
+    """The buffers and the launch of a checked call on logits `x` (numpy or device): (staging, launch, collect,
+    flag). flag: a device error flag for the kernels' NaN / +inf check, reset by each launch (its pointer is
+    returned); else none (0: the kernels check nothing)."""
+    bs, L, V = (dims[s] for s in ("bs", "L", "V"))
     name = _DTYPES[np.dtype(x.dtype)]
     rows = bs * L
     geo = geometry.draft_topk(V, K, rows)
@@ -47,6 +87,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
         logp = st.output((bs, L, K), np.float32)
         ids = st.output((bs, L, K), np.int32)
         ws = st.scratch(geo["workspace_bytes"]) if geo["splits"] > 1 and rows else 0
+        flag_ptr = st.scratch(4) if flag else 0
     except BaseException:
         st.close()
         raise
@@ -54,18 +95,20 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     ws_lse = ws + rows * splits * geo["kept"] * 8  # the (max, sum) pairs after the candidate keys
 
     def launch():
+        if flag_ptr:
+            check(driver().cuMemsetD32Async(flag_ptr, 0, 1, st.g.stream.handle))
         if rows == 0:  # L = 0: nothing to select
             return
         if splits == 1:
-            launch_kernel(spec, rows, smem, x_ptr, np.int32(V), np.int32(K), logp[1], ids[1],
+            launch_kernel(spec, rows, smem, x_ptr, np.int32(V), np.int32(K), logp[1], ids[1], flag_ptr,
                           entry=f"draft_topk_row_{name}", block=threads)  # fmt: skip
         else:
-            launch_kernel(spec, (splits, rows, 1), 0, x_ptr, np.int32(V), np.int32(K), ws, ws_lse,
+            launch_kernel(spec, (splits, rows, 1), 0, x_ptr, np.int32(V), np.int32(K), ws, ws_lse, flag_ptr,
                           entry=f"draft_topk_split_{name}", block=threads)  # fmt: skip
             launch_kernel(spec, rows, smem, ws, ws_lse, np.int32(splits), np.int32(V), np.int32(K), logp[1], ids[1],
                           entry="draft_topk_merge", block=threads)  # fmt: skip
 
-    return Prepared(st, launch, lambda: TopK(st.result(logp[0]), st.result(ids[0])))
+    return st, launch, lambda: TopK(st.result(logp[0]), st.result(ids[0])), flag_ptr
 
 
 def bind(spec: KernelSpec):

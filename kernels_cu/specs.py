@@ -201,27 +201,48 @@ SPECS: tuple[KernelSpec, ...] = (
         archs=("sm_90a",),
         knobs=("split_chunk",),
     ),
-    KernelSpec(
-        "draft_topk",
-        "radix",
-        "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key (order-preserving "
-        "logit bits above the complement of its id), the K largest by 8-bit radix passes over keys held in "
-        "registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K among the splits' "
-        "candidates (the same passes), joins the splits' sums in double and sorts the K by a bitonic sort",
-        "draft_topk.cu",
-        "draft_topk_row_bf16",
-        "draft_topk_geometry",
-        256,  # DT_THREADS in draft_topk.cuh (the wrapper launches with the header's value)
-        extra_entries=(
-            "draft_topk_row_f16",
-            "draft_topk_row_f32",
-            "draft_topk_split_bf16",
-            "draft_topk_split_f16",
-            "draft_topk_split_f32",
-            "draft_topk_merge",
-        ),
-        default=False,  # until certified on a GPU: runs when named (--impl cuda:radix)
-        in_engine=False,  # the engine's CUDA backend has no draft_topk launch yet (issue 32, the engine part)
+    *(
+        KernelSpec(
+            "draft_topk",
+            variant,
+            description,
+            "draft_topk.cu",
+            "draft_topk_row_bf16",
+            "draft_topk_geometry",
+            256,  # DT_THREADS in draft_topk.cuh (the wrapper launches with the header's value)
+            defines=(("DT_PREFILTER", prefilter),),
+            extra_entries=(
+                "draft_topk_row_f16",
+                "draft_topk_row_f32",
+                "draft_topk_split_bf16",
+                "draft_topk_split_f16",
+                "draft_topk_split_f32",
+                "draft_topk_merge",
+            ),
+            default=default,
+            in_engine=False,  # the engine's CUDA backend has no draft_topk launch yet (issue 32, the engine part)
+        )
+        for variant, prefilter, default, description in (
+            (
+                "radix",
+                "0",
+                True,
+                "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key "
+                "(order-preserving logit bits above the complement of its id), the K largest by 8-bit radix passes "
+                "over keys held in registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K "
+                "among the splits' candidates (the same passes), joins the splits' sums in double and sorts the K "
+                "by a bitonic sort",
+            ),
+            (
+                "prefilter",
+                "1",
+                False,  # until certified on a GPU: runs when named (--impl cuda:prefilter)
+                "radix's splits and keys, with the selection made on the few keys above a bound found without the "
+                "passes (each warp's ceil(K/8)-th best thread maximum: at least K keys lie above their minimum), "
+                "ranked by counting in shared memory, sorted as they are ranked; the radix passes where more than "
+                "512 keys pass the bound",
+            ),
+        )
     ),
 )
 
