@@ -251,7 +251,7 @@ def device_times_us(
             f()
 
     if plan.mode == "flush":
-        return _flushed(launches, plan.flush_bytes, policy, clock), plan.describe(0)
+        return _flushed(launches, plan.flush_bytes, policy, clock), "an event pair around each launch"
     per_graph = per_graph_for(single_us)
     per_graph = math.ceil(max(per_graph, len(launches)) / len(launches)) * len(launches)
     try:
