@@ -254,7 +254,10 @@ def draft_topk_section(cases) -> list[str]:
                 f"{fmt_time(c['time'])} | {fmt(c['gbs'])} |"
             )
         lines.append("")
-    gpu = sorted((c for c in ops if c["impl"] == "cuda"), key=lambda c: (*_topk_key(c), c.get("variant", "")))
+    gpu = sorted(
+        share_comparators([c for c in ops if c["impl"] == "cuda"], key=_topk_key),
+        key=lambda c: (*_topk_key(c), c.get("variant", "")),
+    )
     if not gpu:
         return lines
     names = [n for n in DRAFT_TOPK_COMPARATORS if any(n in c["comparators"] for c in gpu)]
@@ -263,8 +266,9 @@ def draft_topk_section(cases) -> list[str]:
         "run; × vs X = X's time / the kernel's. Comparators: `torch_topk_lse` = `torch.topk` on the logits' dtype "
         "and each chosen logit minus `torch.logsumexp` of the float32 logits; `_fp32` = the same after a cast to "
         "float32 (the reference drafter's code); `flashinfer_top_k_lse` = `flashinfer.top_k` and the same "
-        "logsumexp. Each is replayed from a CUDA graph with the L2 flushed, as the kernel is timed; their ids are "
-        "checked against the kernel's as sets.",
+        "logsumexp. Each is replayed from a CUDA graph with the L2 flushed, as the kernel is timed, once per shape "
+        "beside one variant in the same run (every variant's row shows their times and its own ratio); their ids "
+        "are checked against the kernel's as sets.",
         "",
         "| variant | bs | L | V | K | dtype | kernel µs (p10–p90) | % read | "
         + " | ".join(f"{n} µs | × vs {n}" for n in names)
@@ -346,17 +350,17 @@ def _shape_key(c) -> tuple:
     return (s.get("sweep", "grid"), s["H"], s["Q"], s["prefix"], s["bs"])
 
 
-def share_comparators(gpu) -> list[dict]:
-    """The comparators of a shape run once, beside one variant (portable), in the same run as the other
-    variants at that shape: every variant's row gets their times and its own ratio to them (copies; the
-    rows given are left as they are). Rows from different stage files never share."""
+def share_comparators(gpu, key=_shape_key) -> list[dict]:
+    """The comparators of a shape (`key` of a case: tree_verify's by default) run once, beside one variant, in the
+    same run as the other variants at that shape: every variant's row gets their times and its own ratio to them
+    (copies; the rows given are left as they are). Rows from different stage files never share."""
     by_shape = collections.defaultdict(dict)
     for c in gpu:
         for n, comp in c["comparators"].items():
-            by_shape[(c.get("stage_file"), *_shape_key(c))].setdefault(n, comp)
+            by_shape[(c.get("stage_file"), *key(c))].setdefault(n, comp)
     out = []
     for c in gpu:
-        comps = {**by_shape[(c.get("stage_file"), *_shape_key(c))], **c["comparators"]}
+        comps = {**by_shape[(c.get("stage_file"), *key(c))], **c["comparators"]}
         med = c["time"]["median_us"]
         sp = {n: x["time"]["median_us"] / med for n, x in comps.items() if "time" in x and med > 0}
         out.append({**c, "comparators": comps, "speedups": sp})
