@@ -123,6 +123,16 @@ class CudaOps : public OpBackend {
     if (commit) kv.download(a.kv_cache, kv_bytes);
   }
 
+  void draft_topk(const DraftTopkArgs& a, const DraftTopkOut& o) const override {
+    const Variant& v = variant("draft_topk", "");
+    const size_t rows = sz(a.bs * a.L), it = a.dtype == LogitType::F32 ? 4 : 2;
+    DevBuf x(a.logits, rows * sz(a.V) * it), lp(rows * sz(a.K) * 4), ids(rows * sz(a.K) * 4);
+    launch_draft_topk(v, DraftTopkOnDevice{x.as<void>(), a.dtype, int64_t(rows), a.V, a.K, lp.as<float>(),
+                                           ids.as<int32_t>()});
+    lp.download(o.top_logp, rows * sz(a.K) * 4);
+    ids.download(o.top_ids, rows * sz(a.K) * 4);
+  }
+
  private:
   const Variant& variant(const char* slug, const std::string& dtype) const {
     bool mine = false;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "arch_limits.cuh"
+#include "draft_topk.cuh"
 #include "kdtree/cli.hpp"
 #include "kdtree/contract.hpp"
 #include "tree_accept.cuh"
@@ -110,6 +111,36 @@ void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
                   (void*)&d.bonus, (void*)&d.new_lens, (void*)&d.kv_cache, &row_vec, &page_size, (void*)&bt,
                   &max_pages, (void*)&pre};
   launch(v, "tree_accept_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
+}
+
+// draft_topk.cuh's geometry (the rule the Python wrapper reads through the geometry query, not restated here):
+// draft_topk_row_<dtype> with a block per row when the row takes one split, else draft_topk_split_<dtype> per
+// (split, row) into a workspace of candidate keys and (max, sum) pairs, then draft_topk_merge per row. The
+// values were checked on the host: the kernels' flag is not needed (nullptr).
+void launch_draft_topk(const Variant& v, const DraftTopkOnDevice& d) {
+  needs_source(v, "draft_topk.cu");
+  if (d.rows == 0) return;  // L = 0: nothing to select
+  const char* type = d.dtype == LogitType::BF16 ? "bf16" : d.dtype == LogitType::F16 ? "f16" : "f32";
+  int V = int(d.V), K = int(d.K);
+  const int splits = draft_topk_splits(V, K), kept = draft_topk_kept(V, K);
+  const dim3 block{unsigned(draft_topk_threads())};
+  const size_t smem = size_t(draft_topk_smem_bytes(K));
+  unsigned* flag = nullptr;
+  if (splits == 1) {
+    void* args[] = {(void*)&d.logits, &V, &K, (void*)&d.top_logp, (void*)&d.top_ids, (void*)&flag};
+    launch(v, std::string("draft_topk_row_") + type, dim3(unsigned(d.rows)), block, smem, args);
+    return;
+  }
+  DevBuf ws(size_t(draft_topk_workspace_bytes(d.rows, V, K)));
+  unsigned long long* keys = ws.as<unsigned long long>();
+  float2* lse = reinterpret_cast<float2*>(ws.as<char>() + d.rows * splits * kept * 8);  // after the keys
+  void* sargs[] = {(void*)&d.logits, &V, &K, (void*)&keys, (void*)&lse, (void*)&flag};
+  launch(v, std::string("draft_topk_split_") + type, dim3(unsigned(splits), unsigned(d.rows)), block, 0, sargs);
+  int n_splits = splits;
+  void* margs[] = {(void*)&keys, (void*)&lse, &n_splits, &V, &K, (void*)&d.top_logp, (void*)&d.top_ids};
+  launch(v, "draft_topk_merge", dim3(unsigned(d.rows)), block, smem, margs);
+  // the workspace is freed when this returns: wait for the kernels that use it
+  check(cudaDeviceSynchronize(), "draft_topk");
 }
 
 void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {

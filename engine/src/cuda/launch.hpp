@@ -1,11 +1,13 @@
 // Launchers of the kernels of kernels_cu/ on device arrays: the launch geometry comes from each kernel's own
-// header (tree_build.cuh, tree_verify.cuh, tree_accept.cuh), evaluated here by the same constexpr functions
-// the kernels use. One launcher per kernel source; a variant of another source has none (UsageError).
+// header (tree_build.cuh, tree_verify.cuh, tree_accept.cuh, draft_topk.cuh), evaluated here by the same
+// constexpr functions the kernels use. One launcher per kernel source; a variant of another source has none
+// (UsageError).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "device.hpp"
+#include "kdtree/draft_topk.hpp"
 
 namespace kdtree {
 namespace cuda {
@@ -51,6 +53,16 @@ struct AcceptOnDevice {
   const int32_t* prefix_lens;
 };
 void launch_tree_accept(const Variant& v, const AcceptOnDevice& d);
+
+struct DraftTopkOnDevice {
+  const void* logits;  // [rows, V] of dtype
+  LogitType dtype;
+  int64_t rows, V, K;  // rows = bs * L
+  float* top_logp;     // [rows, K]
+  int32_t* top_ids;    // [rows, K]
+};
+// One block per row, or the split kernel then the merge kernel through a workspace (draft_topk.cuh's rule).
+void launch_draft_topk(const Variant& v, const DraftTopkOnDevice& d);
 
 }  // namespace cuda
 }  // namespace kdtree
