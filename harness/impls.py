@@ -23,8 +23,8 @@ from kernels_cu import specs
 from . import device, external, tools
 
 OPS = ("tree_build", "tree_verify", "tree_accept", "draft_topk")
-# Ops the engine's CUDA backend does not launch (no spec of theirs is `in_engine`: draft_topk's kernel runs as
-# cuda:radix, not yet through the engine); their engine-cuda tests skip, saying so.
+# Ops the engine's CUDA backend does not launch (no spec of theirs is `in_engine`; none today); their engine-cuda
+# tests skip, saying so.
 NO_CUDA_KERNEL = tuple(op for op in OPS if not any(s.slug == op for s in specs.engine_specs()))
 KINDS = ("reference", "cuda", "engine-cpu", "engine-cuda")  # the built-ins, the default selection
 
@@ -56,7 +56,7 @@ class Impl:
             raise Unavailable(f"{self.name}: {self.why_not}")
         if slug not in self.loaders:
             if self.variant is None and slug in NO_CUDA_KERNEL:
-                raise Unavailable(f"{self.name} has no {slug}: its CUDA kernel is not written yet (issue 32)")
+                raise Unavailable(f"{self.name} has no {slug}: the engine's CUDA backend does not launch it")
             raise Unavailable(f"{self.name} has no {slug} kernel (it is a variant of {', '.join(self.loaders)})")
         mine = {k: v for k, v in knobs.items() if k in self.knobs.get(slug, ()) and v is not None}
         return self.loaders[slug](**mine)

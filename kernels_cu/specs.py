@@ -220,7 +220,6 @@ SPECS: tuple[KernelSpec, ...] = (
                 "draft_topk_merge",
             ),
             default=default,
-            in_engine=False,  # the engine's CUDA backend has no draft_topk launch yet (issue 32, the engine part)
         )
         for variant, prefilter, default, description in (
             (
