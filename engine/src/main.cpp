@@ -39,10 +39,9 @@ Exit status: 0 success, 1 bad input data (the message names the file or tensor),
 
 const char* kOpHelp = R"(usage: kdtree-engine op OP --in IN.kdtr --out OUT.kdtr [--device cpu|cuda] [--variant V] [--threads N]
 
-Runs one op on the CPU, or with --device cuda on the GPU. OP is tree_build, tree_verify, tree_accept or draft_topk
-(draft_topk: CPU only, its CUDA kernel is not written yet). IN holds the op's inputs as
-tensors named like its arguments (Python scalars as rank-0 tensors); OUT receives the result fields as
-tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
+Runs one op on the CPU, or with --device cuda on the GPU. OP is tree_build, tree_verify, tree_accept or draft_topk.
+IN holds the op's inputs as tensors named like its arguments (Python scalars as rank-0 tensors); OUT receives the
+result fields as tensors, with metadata op=OP. An optional metadata key `op` in IN must equal OP.
 
   tree_build   in:  top_logp f32 [bs,L,K_in], top_ids i32 [bs,L,K_in], root_tokens i32 [bs],
                     budget i32 (), prefix_lens i32 [bs], with_full_mask bool () (optional, default false)

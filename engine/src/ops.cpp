@@ -207,7 +207,7 @@ TensorList op_draft_topk(Reader& r, const OpBackend& backend) {
 }  // namespace
 
 void OpBackend::draft_topk(const DraftTopkArgs&, const DraftTopkOut&) const {
-  fail("op", "draft_topk has no kernel on this backend yet (the CPU backend runs it)");
+  fail("op", "draft_topk has no kernel on this backend (the CPU backend runs it)");
 }
 
 const std::vector<std::string>& op_slugs() {

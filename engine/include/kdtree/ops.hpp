@@ -22,7 +22,7 @@ class OpBackend {
   virtual void tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const = 0;
   virtual void tree_verify(const TreeVerifyArgs& a, const TreeVerifyOut& o) const = 0;
   virtual void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o) const = 0;
-  // An op without a kernel on this backend (draft_topk on CUDA, until its kernel is written) says so.
+  // An op without a kernel on a backend says so (every backend here has all four).
   virtual void draft_topk(const DraftTopkArgs& a, const DraftTopkOut& o) const;
 };
 
