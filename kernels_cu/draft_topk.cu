@@ -29,6 +29,8 @@ extern "C" __global__ void draft_topk_geometry(int V, int K, long long rows, lon
 }
 
 __device__ __forceinline__ float to_float(float x) { return x; }
+// Free functions that are neither templates nor inline are static: the engine links every variant of this source
+// into one binary.
 struct bf16_t { uint16_t bits; };
 struct f16_t { uint16_t bits; };
 __device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float(uint32_t(x.bits) << 16); }
@@ -259,7 +261,7 @@ __device__ bool prefilter_select(SelectShared& sh, int take, ForEach for_each_ke
 }
 
 // Block-wide max and sum (every thread gets the result; a fixed tree, so the same bits run to run).
-__device__ float block_max(SelectShared& sh, float v) {
+static __device__ float block_max(SelectShared& sh, float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   if ((threadIdx.x & 31) == 0) sh.red[threadIdx.x >> 5] = v;
@@ -269,7 +271,7 @@ __device__ float block_max(SelectShared& sh, float v) {
   __syncthreads();
   return v;
 }
-__device__ float block_sum(SelectShared& sh, float v) {
+static __device__ float block_sum(SelectShared& sh, float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   if ((threadIdx.x & 31) == 0) sh.red[threadIdx.x >> 5] = v;
@@ -319,7 +321,7 @@ __device__ __forceinline__ void gather(SelectShared& sh, u64* keys, u64 key, u64
 }
 
 // Sort the K selected keys (padded to a power of two with DT_NO_KEY) descending.
-__device__ void sort_keys(u64* keys, int K) {
+static __device__ void sort_keys(u64* keys, int K) {
   const int P = draft_topk_pow2(K);
   for (int i = K + threadIdx.x; i < P; i += blockDim.x) keys[i] = DT_NO_KEY;
   __syncthreads();
@@ -338,8 +340,8 @@ __device__ void sort_keys(u64* keys, int K) {
 }
 
 // The row's outputs from its K keys sorted descending.
-__device__ void write_row(const u64* keys, int K, double m, double log_sum, float* __restrict__ out_logp,
-                          int* __restrict__ out_ids) {
+static __device__ void write_row(const u64* keys, int K, double m, double log_sum, float* __restrict__ out_logp,
+                                 int* __restrict__ out_ids) {
   for (int i = threadIdx.x; i < K; i += blockDim.x) {
     const u64 key = keys[i];
     const float x = key_logit(key);
