@@ -10,7 +10,7 @@
 #   paths, fp32/fp16/bf16 inputs; its JIT build is too long for one runner call) prebuilt for sm_90a into
 #   flashinfer/data/aot/, where FlashInfer loads a module without building it.
 # On the runner: PYTHONPATH=OUT/site FLASHINFER_DISABLE_JIT=1 (a missing module then raises instead of compiling).
-# Needs: pip, unzip-capable python, nvcc (CUDA 13.0 here), ninja, and a python with torch (CPU is enough),
+# Needs: pip, unzip-capable python, nvcc (CUDA 13.0 here), ninja, strip, and a python with torch (CPU is enough),
 # packaging and nvidia-ml-py for the prebuild: PREBUILD_PYTHON (default: python3 with torch importable, e.g.
 # PYTHONPATH set to a torch install; a venv with `pip install torch packaging nvidia-ml-py` does). The top-k module
 # takes long on few cores (nvcc, one job per source: MAX_JOBS, default 2); a rerun into the same OUT reuses the
@@ -75,7 +75,10 @@ done
 [ -n "$CUDA_ROOT" ] || { echo "peers_setup: no CUDA toolkit (set CUDA_HOME)" >&2; exit 1; }
 CUDA_TREE="$PWD/$OUT/build/cuda"
 rm -rf "$CUDA_TREE" && mkdir -p "$CUDA_TREE/lib64/stubs"
-for d in bin nvvm; do ln -s "$(readlink -f "$CUDA_ROOT/$d")" "$CUDA_TREE/$d"; done
+# (targets too: nvcc's own include path is bin/../targets/..., which ninja's dependency log keeps as written)
+for d in bin nvvm targets; do
+  if [ -e "$CUDA_ROOT/$d" ]; then ln -s "$(readlink -f "$CUDA_ROOT/$d")" "$CUDA_TREE/$d"; fi
+done
 mkdir -p "$CUDA_TREE/include"
 for f in "$(readlink -f "$CUDA_ROOT/include")"/*; do ln -s "$f" "$CUDA_TREE/include/"; done
 if [ ! -e "$CUDA_TREE/include/curand.h" ]; then
@@ -161,5 +164,12 @@ rm -f "$OUT/site/example.py"  # nvidia-ml-py's example script
 find "$OUT/site" -name '*.dist-info' -prune -o -type d \( -name tests -o -name docs -o -name examples \) -print0 \
   | xargs -0 rm -rf
 find "$OUT/site" -name '__pycache__' -prune -exec rm -rf {} +
+# what no loader reads, to keep the folder well under what a device call carries (the top-k module alone is
+# ~15 MB): the static symbol tables of FlashInfer's prebuilt modules (--strip-unneeded keeps the dynamic symbols
+# tvm_ffi looks up), the host debug sections of FlashMLA's extensions (--strip-debug: 23 MB -> 8 MB; their
+# device code is untouched), and the full wheels' file lists (RECORD; METADATA, which gives the versions, stays)
+find "$FI/data/aot" -name '*.so' -exec strip --strip-unneeded {} +
+strip --strip-debug "$OUT"/site/flash_mla/*.so
+rm -f "$OUT"/site/*.dist-info/RECORD
 du -sh "$OUT/site"
 echo "peers_setup: ok: PYTHONPATH=$OUT/site FLASHINFER_DISABLE_JIT=1 TVM_FFI_DISABLE_TORCH_C_DLPACK=1"
