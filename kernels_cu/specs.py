@@ -225,7 +225,7 @@ SPECS: tuple[KernelSpec, ...] = (
             (
                 "radix",
                 "0",
-                True,
+                False,  # changed since its GPU certification at 4205985 (flag, merge): runs when named until rerun
                 "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key "
                 "(order-preserving logit bits above the complement of its id), the K largest by 8-bit radix passes "
                 "over keys held in registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K "
