@@ -72,6 +72,23 @@ def _deferred_variant(impl, slug="tree_build"):
     return impl.variant
 
 
+def _captured_results(p, message):
+    """Launch a deferred call from a CUDA graph (it must capture), then its results; with `message`, reading them
+    must raise the contract's error matching it instead (None returned). The call's buffers are freed."""
+    from harness import timing
+
+    try:
+        _, method = timing.device_times_us([p.launch], plan=timing.WARM, policy=timing.Policy(1, 1, 1, 0.0, 1))
+        assert method.startswith("CUDA graph"), f"the deferred launch was not captured: {method}"
+        if message is not None:
+            with pytest.raises(InputError, match=message):
+                p.results()
+            return None
+        return p.results()
+    finally:
+        p.staging.close()
+
+
 # One bad value per check of TB.1.2-TB.1.3 the device makes: (what to change, the contract's error).
 DEFERRED_BAD = {
     "nan": (lambda a: a["top_logp"].__setitem__((1, 2, 3), np.nan), r"top_logp: NaN at \(1, 2, 3\)"),
@@ -95,7 +112,6 @@ DEFERRED_BAD = {
 @pytest.mark.parametrize("bad", [None, *DEFERRED_BAD])
 def test_tree_build_deferred_checks(impl, bad):
     """The deferred path: a captured launch gives the checked call's bits; a bad value gets its named error."""
-    from harness import timing
     from kernels_cu import ops
 
     variant = _deferred_variant(impl)
@@ -116,17 +132,9 @@ def test_tree_build_deferred_checks(impl, bad):
         with pytest.raises(InputError, match=message):  # the host-checked call names the same error
             ops.prepare("tree_build", variant, **args).finish()
     dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
-    p = ops.prepare_deferred("tree_build", variant, **dev)
-    try:
-        _, method = timing.device_times_us([p.launch], plan=timing.WARM, policy=timing.Policy(1, 1, 1, 0.0, 1))
-        assert method.startswith("CUDA graph"), f"the deferred launch was not captured: {method}"
-        if bad is not None:
-            with pytest.raises(InputError, match=message):
-                p.results()
-            return
-        got = p.results()
-    finally:
-        p.staging.close()
+    got = _captured_results(ops.prepare_deferred("tree_build", variant, **dev), message if bad is not None else None)
+    if got is None:
+        return
     want = ops.function("tree_build", variant)(**args)
     for f in Tree.FIELDS:
         assert_bit_exact(to_host("cupy", getattr(got, f)).view(getattr(want, f).dtype), getattr(want, f), what=f,
@@ -259,7 +267,6 @@ DT_DEFERRED_BAD = {
 def test_draft_topk_deferred_checks(impl, V, bad):
     """The deferred path: a captured launch gives the checked call's bits (-inf is a masked token, not an
     error); a NaN or +inf logit gets the contract's error naming its index, raised when the results are read."""
-    from harness import timing
     from kernels_cu import ops
 
     variant = _deferred_variant(impl, "draft_topk")
@@ -275,17 +282,9 @@ def test_draft_topk_deferred_checks(impl, V, bad):
         message = message.format(last=V - 1)
         with pytest.raises(InputError, match=message):  # the host-checked call names the same error
             ops.prepare("draft_topk", variant, x, 16).finish()
-    p = ops.prepare_deferred("draft_topk", variant, cp.asarray(x), 16)
-    try:
-        _, method = timing.device_times_us([p.launch], plan=timing.WARM, policy=timing.Policy(1, 1, 1, 0.0, 1))
-        assert method.startswith("CUDA graph"), f"the deferred launch was not captured: {method}"
-        if message is not None:
-            with pytest.raises(InputError, match=message):
-                p.results()
-            return
-        got = p.results()
-    finally:
-        p.staging.close()
+    got = _captured_results(ops.prepare_deferred("draft_topk", variant, cp.asarray(x), 16), message)
+    if got is None:
+        return
     want = ops.function("draft_topk", variant)(x, 16)
     for f in TopK.FIELDS:
         assert_bit_exact(to_host("cupy", getattr(got, f)), getattr(want, f), what=f, spec_id="DT.4.5")

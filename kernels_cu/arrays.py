@@ -190,6 +190,25 @@ class Prepared:
             self.staging.close()
 
 
+class Deferred(Prepared):
+    """A prepared call whose value checks run on the device (TB.4.5, DT.4.5): `launch()` enqueues the reset of the
+    error flag at device address `flag`, the check and the op (no host work: capturable); `check()` reads the flag
+    and, when it is set, calls `revalidate()` (the contract's validate() on host copies: it raises the named
+    error); `results()` and `finish()` check first."""
+
+    def __init__(self, staging, launch, collect, flag: int, revalidate, slug: str):
+        super().__init__(staging, launch, lambda: (self.check(), collect())[1])
+        self._flag, self._revalidate, self._slug = flag, revalidate, slug
+
+    def check(self):
+        self.sync()
+        got = np.zeros(1, np.uint32)
+        check(driver().cuMemcpyDtoH(got.ctypes.data, self._flag, 4))
+        if got[0]:
+            self._revalidate()
+            raise RuntimeError(f"{self._slug}: the device check flagged inputs that the contract accepts")
+
+
 def check_aligned(arg: str, x, what: str) -> None:
     """A caller's device array must be 16-byte aligned where the kernel moves 16-byte vectors (`what`)."""
     if isinstance(x, DeviceArray) and x.ptr % 16:

@@ -94,10 +94,13 @@ struct StoredKeys {  // the splits' candidates in global memory: `kept` slots pe
                      // split fills fewer (the slots past its tokens are never written, and never read)
   const u64* key;
   int splits, kept, V;
+  // One past the last candidate: the last split keeps min(kept, its tokens).
+  __device__ __forceinline__ int end() const {
+    return (splits - 1) * kept + min(kept, V - (splits - 1) * draft_topk_chunk());
+  }
   template <class F> __device__ __forceinline__ void operator()(F f) const {
     const int n = splits * kept, tiles = (n + draft_topk_chunk() - 1) / draft_topk_chunk();
-    const int last = min(kept, V - (splits - 1) * draft_topk_chunk());  // the last split's candidates
-    const int end = (splits - 1) * kept + last;
+    const int end = this->end();
     for (int tile = 0; tile < tiles; ++tile) {
 #pragma unroll 4
       for (int j = 0; j < DT_ITEMS; ++j) {
@@ -108,8 +111,7 @@ struct StoredKeys {  // the splits' candidates in global memory: `kept` slots pe
   }
   // The first tile (all of them when splits * kept <= draft_topk_chunk()) into registers, as the visit orders them.
   __device__ __forceinline__ void load(u64 (&out)[DT_ITEMS]) const {
-    const int last = min(kept, V - (splits - 1) * draft_topk_chunk());
-    const int end = (splits - 1) * kept + last;
+    const int end = this->end();
 #pragma unroll
     for (int j = 0; j < DT_ITEMS; ++j) {
       const int i = j * DT_THREADS + threadIdx.x;

@@ -13,7 +13,7 @@ import numpy as np
 from contract import BF16, DRAFT_TOPK, TopK, limits
 
 from . import geometry
-from .arrays import Prepared, Staging, call_args, check, device_only, driver, launch_kernel, run, split_args
+from .arrays import Deferred, Prepared, Staging, call_args, check, device_only, driver, launch_kernel, run, split_args
 from .specs import KernelSpec
 
 # The kernels' entry name suffix per logits dtype.
@@ -42,16 +42,6 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     return Prepared(st, launch, collect)
 
 
-class Deferred(Prepared):
-    """A prepared call whose NaN / +inf check runs on the device: `launch()` enqueues the flag's reset and the
-    kernels (no host work: capturable); `check()` reads the flag and, when it is set, raises the contract's error
-    for these logits; `results()` and `finish()` check first."""
-
-    def __init__(self, staging, launch, collect, check_fn):
-        super().__init__(staging, launch, lambda: (check_fn(), collect())[1])
-        self.check = check_fn
-
-
 def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     """Set up a draft_topk call on device-resident logits (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a NaN or +inf logit raises the same InputError as prepare()
@@ -61,15 +51,10 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     checked = DRAFT_TOPK.validate_shapes(x.info(), named["K"])
     st, launch, collect, flag = _setup(spec, x.lib, named["logits"], x, checked.dims, checked.args["K"], flag=True)
 
-    def check_flag():
-        st.g.stream.sync()
-        got = np.zeros(1, np.uint32)
-        check(driver().cuMemcpyDtoH(got.ctypes.data, flag, 4))
-        if got[0]:
-            DRAFT_TOPK.validate(x.host(), named["K"])  # raises the named error, with the first bad index
-            raise RuntimeError("draft_topk: the device check flagged logits that the contract accepts")
+    def revalidate():  # raises the named error, with the first bad index
+        DRAFT_TOPK.validate(x.host(), named["K"])
 
-    return Deferred(st, launch, collect, check_flag)
+    return Deferred(st, launch, collect, flag, revalidate, "draft_topk")
 
 
 def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool) -> tuple:

@@ -14,6 +14,7 @@ from contract.checks import is_device_array
 
 from . import geometry, runtime, specs
 from .arrays import (
+    Deferred,
     DeviceArray,
     Prepared,
     Staging,
@@ -42,16 +43,6 @@ def _prepare_checked(spec: KernelSpec, args, kwargs, race_min_b: int | None) -> 
         dev["prefix_lens"] = checked.args["prefix_lens"]
     st, _, launch, collect = _setup(spec, lib, like, dev, checked.dims, race_min_b)
     return Prepared(st, launch, collect), checked.dims
-
-
-class Deferred(Prepared):
-    """A prepared call whose value checks run on the device: `launch()` enqueues the flag's reset, the check
-    kernel and the build (no host work: capturable); `check()` reads the flag and, when it is set, raises the
-    contract's error for these inputs; `results()` and `finish()` check first."""
-
-    def __init__(self, staging, launch, collect, check_fn):
-        super().__init__(staging, launch, lambda: (check_fn(), collect())[1])
-        self.check = check_fn
 
 
 def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Deferred:
@@ -85,16 +76,10 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **k
         launch_kernel(spec, dims["bs"], 0, *ins, L, K_in, B, flag, entry="tree_build_check_kernel")
         build()
 
-    def check_flag():
-        st.g.stream.sync()
-        got = np.zeros(1, np.uint32)
-        check(driver().cuMemcpyDtoH(got.ctypes.data, flag, 4))
-        if got[0]:
-            host = {k: DeviceArray(v, k).host() if is_device_array(v) else v for k, v in named.items()}
-            TREE_BUILD.validate(**host)  # raises the named error
-            raise RuntimeError("tree_build: the device check flagged inputs that the contract accepts")
+    def revalidate():  # raises the named error
+        TREE_BUILD.validate(**{k: DeviceArray(v, k).host() if is_device_array(v) else v for k, v in named.items()})
 
-    return Deferred(st, launch, collect, check_flag)
+    return Deferred(st, launch, collect, flag, revalidate, "tree_build")
 
 
 # The defines by which a design build of lab/tree_build_dev.py overrides its type's policies (tree_build.cu's Built
