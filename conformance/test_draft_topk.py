@@ -147,6 +147,32 @@ def test_ties_go_to_the_lower_id_at_the_kth_place(impl, dtype):
     assert got.top_ids[0, 0].tolist() == sorted(top) + [2, 9], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
 
 
+@pytest.mark.spec("DT.2.1")
+@pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float32)], ids=["bf16", "fp32"])
+@pytest.mark.parametrize(
+    "V,K,tied",
+    [
+        # one block per row (V <= 4,096): a thread's tokens lie 256 apart, so the lowest tied ids (255, 256, 511,
+        # 512, ...) come half from the last warp's last lane and half from the first warp's first lane
+        (4096, 8, [255 + 256 * j for j in range(8)] + [256 * j for j in range(1, 9)]),
+        # splits of 4,096 tokens and a merge over their 8 candidates each (40 splits: 320 candidates, a thread's
+        # two 256 apart): one tie in every fourth split from split 1, so the merge's first warp holds splits 1
+        # and 33 side by side
+        (163_840, 8, [4096 * s + 7 for s in range(1, 40, 4)]),
+    ],
+    ids=["one-block", "splits"],
+)
+def test_kth_tie_is_not_decided_by_arrival(impl, dtype, V, K, tied):
+    """More tokens tie at the K-th place than fit, placed so that no order in which a kernel's threads, warps or
+    splits might reach them is the ids' order: the K lowest ids must be kept all the same, ascending."""
+    x = np.random.default_rng(V).uniform(-8.0, -4.0, (1, 1, V))
+    x[0, 0, tied] = 2.0
+    x = x.astype(np.float32).astype(dtype)
+    got = run(impl, case(x, K))
+    assert got.top_ids[0, 0].tolist() == sorted(tied)[:K], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
+    topk.assert_matches_oracle(got, x, K)
+
+
 @pytest.mark.spec("DT.2.1", "DT.2.4", "DT.3.1")
 @pytest.mark.parametrize("period,allowed", [(256, 224), (256, 32), (64, 60), (8192, 100)])
 @pytest.mark.parametrize("V", [4096, 40_000])

@@ -164,6 +164,27 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const T* x = logits + row * (V - 1) + start;",
     ),
     "k_dt_signed_zero": ("draft_topk", "  if (x == 0.0f) x = 0.0f;", "  if (false) x = 0.0f;"),
+    "k_dt_nan_let_through": (  # the device check (DT.4.5) refuses +inf only: a NaN logit goes unreported
+        "draft_topk",
+        "return !(v <= 3.402823466e38f) && v != -CUDART_INF_F; }",
+        "return v == CUDART_INF_F; }",
+    ),
+    "k_dt_kth_tie_by_arrival": (  # the radix threshold at the K-th logit alone, the first K keys to arrive kept
+        "draft_topk",
+        "    const u64 t = radix_threshold(sh, K, for_each_key);\n"
+        "    if (threadIdx.x == 0) sh.count = 0;\n"
+        "    __syncthreads();\n"
+        "    for_each_key([&](u64 key) { gather(sh, keys, key, t); });",
+        "    const u64 t = radix_threshold(sh, K, for_each_key) & 0xffffffff00000000ull;\n"
+        "    if (threadIdx.x == 0) sh.count = 0;\n"
+        "    __syncthreads();\n"
+        "    for_each_key([&](u64 key) {\n"
+        "      if (key != DT_NO_KEY && key >= t) {\n"
+        "        const int at = atomicAdd(&sh.count, 1);\n"
+        "        if (at < K) keys[at] = key;\n"
+        "      }\n"
+        "    });",
+    ),
     # draft_topk:prefilter: the bound, the ranks, the fall back to the radix passes
     "k_dt_prefilter_bound_of_warp0": (  # the bound from warp 0 alone: fewer than K keys may lie above it
         "draft_topk",
@@ -174,6 +195,12 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "draft_topk",
         "for (int k = 0; k < n; ++k) rank += sh.cand[k] > c;",
         "for (int k = 0; k < n; ++k) rank += sh.cand[k] >= c;",
+    ),
+    "k_dt_prefilter_ties_by_arrival": (  # equal logits ranked by the order they were gathered in, not by id
+        "draft_topk",
+        "for (int k = 0; k < n; ++k) rank += sh.cand[k] > c;",
+        "for (int k = 0; k < n; ++k)\n"
+        "      rank += (sh.cand[k] >> 32) > (c >> 32) || ((sh.cand[k] >> 32) == (c >> 32) && k < i);",
     ),
     "k_dt_prefilter_no_fallback": (  # past DT_CAND_CAP candidates, the first DT_CAND_CAP gathered are ranked
         "draft_topk",

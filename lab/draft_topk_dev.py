@@ -1,0 +1,134 @@
+"""draft_topk kernel development timing on a GPU (not part of the test suite): every design side by side in one
+process, the registered variants (radix, prefilter) and alternatives kept only here (the same source with other
+defines or a patched launch bound), each checked first: its ids equal to the first design's on every row and to the
+numpy reference on a sample of rows, its log-probs equal to the first design's bit for bit.
+
+  python3 -m lab.draft_topk_dev time [--quick] [--json F] [--designs a,b]
+
+Inputs are the benchmark's (perf/bench_draft_topk.py: normal logits, scale 3, rounded to the dtype, so bf16 has
+many exact ties). Times are device medians with the L2 flushed or rotated as the benchmark does (harness.timing's
+L2 plan for the logits' bytes), with the read floor (the logits' bytes at 4.45 TB/s, the H200's measured read
+ceiling: docs/BENCHMARKS.md) beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import ml_dtypes
+import numpy as np
+
+from harness import timing
+from kernels_cu import draft_topk_ops, specs
+from reference import draft_topk as ref
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+READ_TBPS = 4.45  # the H200's measured read ceiling (perf/bench_ceilings.py), for the floor column only
+
+# The split kernels' launch bound: `__launch_bounds__(DT_THREADS)` lets ptxas use up to 255 registers (80 on sm_90
+# today); a minimum of 4 blocks per SM caps them at 64, for more resident warps to hide the logits' loads.
+_SPLIT_LB4 = ("__launch_bounds__(DT_THREADS) draft_topk_split_", "__launch_bounds__(DT_THREADS, 4) draft_topk_split_")
+
+
+def designs() -> dict[str, specs.KernelSpec]:
+    radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
+    out = {"radix": radix, "prefilter": pre}
+    out["radix_lb4"] = dataclasses.replace(radix, variant="radix_lb4", patches=(_SPLIT_LB4,))
+    out["prefilter_lb4"] = dataclasses.replace(pre, variant="prefilter_lb4", patches=(_SPLIT_LB4,))
+    out["prefilter_cap256"] = pre.with_defines("prefilter_cap256", DT_CAND_CAP="256")
+    out["prefilter_cap1024"] = pre.with_defines("prefilter_cap1024", DT_CAND_CAP="1024")
+    return out
+
+
+def logits(torch, bs, L, V, dtype, seed=0):
+    """The benchmark's logits, on the GPU."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn((bs, L, V), generator=g, device="cuda", dtype=torch.float32) * 3
+    return x.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+
+
+def sample_reference(torch, x, K):
+    """The reference's ids and log-probs of up to 4 rows spread over the batch: (row indices, TopK)."""
+    bs, L, V = x.shape
+    rows = list(range(0, bs * L, max(1, (bs * L) // 4)))[:4]
+    flat = x.reshape(bs * L, V)[rows]
+    host = flat.float().cpu().numpy() if x.dtype == torch.float32 else flat.view(torch.int16).cpu().numpy().view(BF16)
+    return rows, ref.draft_topk(host[None], K)
+
+
+def run_one(torch, spec, x, K, first, sample, plan, policy):
+    """One design on one input: checked (against the first design's outputs and the reference sample), then timed.
+    Returns (median µs, outputs as torch tensors)."""
+    p = draft_topk_ops.prepare(spec, x, K)
+    try:
+        p.launch()
+        got = p.results()
+        logp, ids = got.top_logp.clone(), got.top_ids.clone()
+        rows, want = sample
+        flat = ids.reshape(-1, K)[rows].cpu().numpy()
+        assert (flat == want.top_ids[0]).all(), f"{spec.variant}: ids differ from the reference on sampled rows"
+        if first is not None:
+            assert torch.equal(ids, first[1]), f"{spec.variant}: ids differ from the first design's"
+            same = logp.view(torch.int32) == first[0].view(torch.int32)
+            assert bool(same.all()), f"{spec.variant}: log-probs differ from the first design's in bits"
+        dev, _ = timing.device_times_us([p.launch], plan=plan, policy=policy)
+    finally:
+        p.finish()
+    return timing.summary(dev)["median_us"], (logp, ids)
+
+
+GRID = [  # (dtype, V, L, K, bs)
+    *[("bf16", 163_840, 16, K, bs) for K in (8, 64) for bs in (1, 8, 64, 256)],
+    ("bf16", 163_840, 1, 8, 1),
+    ("bf16", 32_000, 16, 8, 1),
+    ("bf16", 129_280, 16, 32, 64),
+    ("bf16", 163_840, 16, 1024, 8),  # one block per row (8 K > a split's tokens)
+    *[("fp32", 163_840, 16, 8, bs) for bs in (1, 64)],
+]
+QUICK = [("bf16", 163_840, 16, 8, 1), ("bf16", 163_840, 16, 8, 64), ("bf16", 163_840, 16, 64, 256)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["time"])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json")
+    ap.add_argument("--designs", default=",".join(designs()), help="comma list of designs() names (first: baseline)")
+    a = ap.parse_args(argv)
+    import torch
+
+    policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
+    ds = {k: v for k, v in designs().items() if k in a.designs.split(",")}
+    rows = []
+    for dtype, V, L, K, bs in QUICK if a.quick else GRID:
+        x = logits(torch, bs, L, V, dtype)
+        nbytes = x.numel() * x.element_size()
+        plan = timing.l2_plan(nbytes, timing.l2_bytes())
+        row = {"dtype": dtype, "V": V, "L": L, "K": K, "bs": bs, "floor_us": round(nbytes / READ_TBPS / 1e6, 2)}
+        sample, first = sample_reference(torch, x, K), None
+        for name, spec in ds.items():
+            try:
+                us, out = run_one(torch, spec, x, K, first, sample, plan, policy)
+                first = first or out
+                row[name] = round(us, 2)
+            except Exception as e:  # a design that fails is reported, not hidden
+                row[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
+        del x, first
+        torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    names = list(ds)
+    print("\n| dtype | V | L | K | bs | read floor µs | " + " | ".join(names) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(names))
+    for r in rows:
+        head = f"| {r['dtype']} | {r['V']} | {r['L']} | {r['K']} | {r['bs']} | {r['floor_us']} | "
+        print(head + " | ".join(str(r[n]) for n in names) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
