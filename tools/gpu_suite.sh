@@ -5,8 +5,9 @@
 # Usage: tools/gpu_suite.sh OUT [stages...]
 # OUT: a folder under the ignored runs/ (e.g. runs/h200-$(date +%F)); to commit a run, copy its summary into
 #   reports/<device>/<date>/ (reports/README.md).
-#   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate
-#           gate_fallback baseline report scaling engine_cuda tb_dev perf_verify_peers
+#   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep
+#           perf_draft_topk_bf16 perf_draft_topk_fp32 gate gate_fallback baseline report scaling engine_cuda tb_dev
+#           perf_verify_peers
 #   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells
 #           (--perf-stage gate_fallback) must give the same rates, and a run of a planted build whose every selection
 #           fails its check (slow_tb_always_fallback, harness/kernel_mutants.py) must fail
@@ -19,8 +20,8 @@
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
 #           tests (conformance/test_engine_cuda.py, test_decode_ties.py) and tools/engine_numbers.py for both
 #           devices (OUT/engine-numbers/)
-#   aliases: perf = the four perf_* stages, gate, gate_fallback and report; all (default) = conformance mutants
-#            sanitizer perf;
+#   aliases: perf = the perf_* stages but perf_verify_peers, gate, gate_fallback and report; all (default) =
+#            conformance mutants sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
 #   baseline: compares OUT/perf-*.json with KDTREE_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
 # Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run).
@@ -32,7 +33,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/gpu_suite.sh OUT [stages]}; shift
-PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep gate gate_fallback report)
+PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep perf_draft_topk_bf16 perf_draft_topk_fp32 gate
+      gate_fallback report)
 STAGES=()
 [ $# -gt 0 ] || set -- all
 for s in "$@"; do case $s in
@@ -130,7 +132,8 @@ for stage in "${STAGES[@]}"; do case $stage in
     fi
     KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-build.json" --perf-stage build \
         --require-gpu ;;
-  perf_verify_h64|perf_verify_h128|perf_verify_sweep)
+  perf_verify_h64|perf_verify_h128|perf_verify_sweep|perf_draft_topk_bf16|perf_draft_topk_fp32)
+    # (draft_topk's flashinfer.top_k comparator where FlashInfer is importable: PYTHONPATH=.peers/site, as below)
     perf_run "$stage" "$OUT/${stage/perf_/perf-}.json" --perf-stage "${stage#perf_}" --require-gpu ;;
   perf_verify_peers)  # 90 shapes x (kernel variants + 3 peers): 0.3 s per measurement to fit the window
     KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-verify_peers.json" \
