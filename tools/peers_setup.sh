@@ -11,10 +11,11 @@
 #   flashinfer/data/aot/, where FlashInfer loads a module without building it.
 # On the runner: PYTHONPATH=OUT/site FLASHINFER_DISABLE_JIT=1 (a missing module then raises instead of compiling).
 # Needs: pip, unzip-capable python, nvcc (CUDA 13.0 here), ninja, strip, and a python with torch (CPU is enough),
-# packaging, requests and nvidia-ml-py for the prebuild: PREBUILD_PYTHON (default: python3 with torch importable, e.g.
-# PYTHONPATH set to a torch install; a venv with `pip install torch packaging requests nvidia-ml-py` does). The top-k module
-# takes long on few cores (nvcc, one job per source: MAX_JOBS, default 2); a rerun into the same OUT reuses the
-# objects already compiled (the unpacked sources keep their archive times, so ninja finds them up to date).
+# packaging, requests, tqdm and nvidia-ml-py for the prebuild: PREBUILD_PYTHON (default: python3 with torch
+# importable, e.g. PYTHONPATH set to a torch install; a venv with
+# `pip install torch packaging requests tqdm nvidia-ml-py` does). The top-k module takes long on few cores (nvcc, one job per source: MAX_JOBS, default 2); a rerun into
+# the same OUT reuses the objects already compiled (the unpacked sources keep their archive times, so ninja finds them
+# up to date).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.peers}
