@@ -1,5 +1,5 @@
 """The CUDA wrappers take device arrays (cupy, torch) and answer in kind (TB.4.4, TA.4.3, TV.3.6, DT.4.4), and the
-capturable paths check values on the device (TB.4.5, DT.4.5)."""
+capturable paths check values on the device (TB.4.5, TA.4.4, DT.4.5)."""
 
 from __future__ import annotations
 
@@ -189,6 +189,121 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
         assert_bit_exact(to_host(lib_name, getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.3")
     back = kv_dev.view(lib.int16).cpu().numpy().view(BF16) if kv_dtype == "bf16" else to_host(lib_name, kv_dev)
     assert_bit_exact(back, kv_np, what="kv_cache (device, in place)", spec_id="TA.4.3")
+
+
+def _replayed_once(p):
+    """Capture a deferred call's launch in a CUDA graph and replay it once (a commit must run exactly once)."""
+    from harness import timing
+    from kernels_cu import runtime
+    from kernels_cu.arrays import check, driver
+
+    s = runtime.gpu().stream
+    graph, exe = timing.capture(s, [p.launch])
+    try:
+        check(driver().cuGraphLaunch(exe, s.handle))
+        s.sync()
+    finally:
+        check(driver().cuGraphExecDestroy(exe))
+        check(driver().cuGraphDestroy(graph))
+
+
+def _accept_args(rng, wide=False):
+    """Three requests of one 6-node tree whose walks accept 0 to 3 drafts, with a commit into a paged cache of 4-row
+    pages (prefixes 3, 17, 40). The tree is 3 deep (a chain and a branch), or, `wide`, 2 deep with four siblings
+    under the root (max_depth 2: a check that counted a sibling link as a level would refuse it)."""
+    par = np.array([-1, 0, 0, 0, 0, 1] if wide else [-1, 0, 0, 1, 3, 2], np.int32)
+    fc, ns = hh.links_of(par, 6)
+    tok = np.array([[0, 5, 6, 7, 8, 9], [0, 5, 6, 1, 2, 3], [0, 4, 4, 4, 4, 4]], np.int32)
+    tgt = np.array([[5, 7, 0, 8, 1, 0], [6, 0, 3, 0, 0, 0], [1, 0, 0, 0, 0, 0]], np.int32)
+    if wide:
+        tgt = np.array([[8, 9, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [4, 4, 0, 0, 0, 0]], np.int32)
+    pre = np.array([3, 17, 40], np.int32)
+    _, kv, bt = hh.build_paged_cache(rng, np.float32, pre, 6, 4, 1)
+    return {"tokens": tok, "first_child": np.stack([fc] * 3), "next_sibling": np.stack([ns] * 3),
+            "target_tokens": tgt, "max_depth": 2 if wide else 3, "kv_cache": kv, "block_table": bt,
+            "prefix_lens": pre}  # fmt: skip
+
+
+def _alias(a):  # request 1's first commit page is request 0's: their commit rows map to one cache row
+    a["block_table"][1, 17 // 4] = a["block_table"][0, 3 // 4]
+
+
+# One bad value per check of TA.1.1-TA.1.3 the device makes: (what to change, the contract's error).
+TA_DEFERRED_BAD = {
+    "negative_token": (lambda a: a["tokens"].__setitem__((1, 2), -1), r"tokens: .*negative"),
+    "negative_target": (lambda a: a["target_tokens"].__setitem__((2, 5), -7), r"target_tokens: .*negative"),
+    "root_sibling": (lambda a: a["next_sibling"].__setitem__((1, 0), 2), r"next_sibling: root of request 1 has a sib"),
+    "backward_link": (lambda a: a["first_child"].__setitem__((2, 3), 1), r"first_child: \[2, 3\] = 1 must be -1"),
+    "link_past_tree": (lambda a: a["next_sibling"].__setitem__((0, 4), 6), r"next_sibling: \[0, 4\] = 6 must be -1"),
+    "two_parents": (lambda a: a["first_child"].__setitem__((1, 4), 5), r"first_child: request 1: node 5 has more"),
+    "too_deep": (lambda a: a.__setitem__("max_depth", 2), r"first_child: request 0 node 4 is at depth 3 > max_depth 2"),
+    "negative_prefix": (lambda a: a["prefix_lens"].__setitem__(2, -1), r"prefix_lens: .*negative"),
+    "context": (lambda a: a["prefix_lens"].__setitem__(0, 262_144 - 5), r"prefix_lens: request 0: .*context limit"),
+    "table_short": (lambda a: a["prefix_lens"].__setitem__(1, 49), r"block_table: request 1 needs 14 pages"),
+    "dead_entry": (  # a longer prefix reaches the table's unused entries (a huge index, as FlashMLA's tests fill)
+        lambda a: a["prefix_lens"].__setitem__(1, 30),
+        r"block_table: \[1, 6\] = 2147480000 is not a page index",
+    ),
+    "page_index": (
+        lambda a: a["block_table"].__setitem__((2, 1), a["kv_cache"].shape[0]),
+        r"block_table: \[2, 1\] = \d+ is not a page index",
+    ),
+    "alias": (_alias, r"block_table: request 0 position \d+ and request 1 position \d+ map to the same cache row"),
+}
+
+
+@pytest.mark.spec("TA.4.4")
+@pytest.mark.parametrize("bad", [None, "wide", *TA_DEFERRED_BAD])
+def test_tree_accept_deferred_checks(impl, bad):
+    """The deferred path: a captured launch gives the checked call's bits and commits into the device cache in
+    place; a bad value gets its named error when the results are read, and the cache keeps every bit."""
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_accept")
+    cp = _lib(impl, "cupy")
+    args = _accept_args(np.random.default_rng(19), wide=bad == "wide")
+    message = None
+    if bad in TA_DEFERRED_BAD:
+        change, message = TA_DEFERRED_BAD[bad]
+        change(args)
+        with pytest.raises(InputError, match=message):  # the host-checked call names the same error
+            ops.prepare("tree_accept", variant, **{**args, "kv_cache": args["kv_cache"].copy()}).finish()
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    p = ops.prepare_deferred("tree_accept", variant, **dev)
+    try:
+        _replayed_once(p)
+        if message is not None:
+            with pytest.raises(InputError, match=message):
+                p.results()
+            assert_bit_exact(dev["kv_cache"].get(), args["kv_cache"], what="kv_cache (untouched)", spec_id="TA.4.4")
+            return
+        got = p.results()
+    finally:
+        p.staging.close()
+    kv_want = args["kv_cache"].copy()
+    want = ops.function("tree_accept", variant)(**{**args, "kv_cache": kv_want})
+    assert int(np.asarray(want.accept_len).sum()) >= 2, "the case accepts drafts (the commit moves rows)"
+    for f in Accept.FIELDS:
+        assert_bit_exact(to_host("cupy", getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.4")
+    assert_bit_exact(dev["kv_cache"].get(), kv_want, what="kv_cache (device, in place)", spec_id="TA.4.4")
+
+
+@pytest.mark.spec("TA.4.4")
+def test_tree_accept_deferred_checks_shapes_on_the_host(impl):
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_accept")
+    cp = _lib(impl, "cupy")
+    args = _accept_args(np.random.default_rng(23))
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    with pytest.raises(InputError, match="tokens: deferred checks take device arrays"):
+        ops.prepare_deferred("tree_accept", variant, **{**dev, "tokens": args["tokens"]})
+    with pytest.raises(InputError, match=r"target_tokens: shape \(3, 5\), expected \(3, 6\)"):
+        ops.prepare_deferred("tree_accept", variant, **{**dev, "target_tokens": dev["target_tokens"][:, :5].copy()})
+    with pytest.raises(InputError, match=r"max_depth: 33 is outside 0\.\.32"):
+        ops.prepare_deferred("tree_accept", variant, **{**dev, "max_depth": 33})
+    with pytest.raises(InputError, match="kv_cache: needs kv_cache, block_table, prefix_lens together"):
+        ops.prepare_deferred("tree_accept", variant, **{**dev, "block_table": None})
 
 
 @pytest.mark.spec("TV.3.6")

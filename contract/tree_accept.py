@@ -22,6 +22,18 @@ class Accept:
     FIELDS = ("accept_len", "accept_path", "emitted", "bonus", "new_lens")
 
 
+def _check_shapes(a: dict, dims: dict) -> None:
+    """What the commit needs of the cache beyond its shape symbols, none of it values (validate_shapes(): the
+    deferred path, TA.4.4)."""
+    kv = a["kv_cache"]
+    if kv is None:
+        return
+    flags = kv.flags if isinstance(kv, np.ndarray) else kv  # an ArrayInfo for a device cache
+    if not (flags.writeable and flags.c_contiguous):
+        c.fail("kv_cache", "must be a writeable C-contiguous array (the commit is in place)")
+    paged.check_cache_shape(kv.shape)
+
+
 def _check_values(a: dict, dims: dict) -> None:
     c.non_negative("tokens", a["tokens"], "token id")
     c.non_negative("target_tokens", a["target_tokens"], "token id")
@@ -34,10 +46,7 @@ def _check_values(a: dict, dims: dict) -> None:
     kv = a["kv_cache"]
     if kv is None:
         return
-    flags = kv.flags if isinstance(kv, np.ndarray) else kv  # an ArrayInfo for a device cache
-    if not (flags.writeable and flags.c_contiguous):
-        c.fail("kv_cache", "must be a writeable C-contiguous array (the commit is in place)")
-    paged.check_cache_shape(kv.shape)
+    _check_shapes(a, dims)
     pre = a["prefix_lens"]
     c.non_negative("prefix_lens", pre, "length")
     D = dims["D"]
@@ -110,6 +119,7 @@ CONTRACT = OpContract(
     ),
     result=Accept,
     check_values=_check_values,
+    check_shapes=_check_shapes,
     bounds=(
         Bound("tokens.at_least_0", "tokens", "at_least", "TA.1.1", value=0),
         Bound("tokens.at_most_max_token", "tokens", "at_most", "TA.1.1", value=limits.MAX_TOKEN),

@@ -128,6 +128,22 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "const int p = P + s_path[j];",
     ),
     "k_ta_bonus_from_root": ("tree_accept", "bonus[b] = s_tgt[u];", "bonus[b] = s_tgt[0];"),
+    # tree_accept's deferred path (TA.4.4): a refused call must not commit; the device check must see aliases
+    "k_ta_deferred_commits_despite_flag": (
+        "tree_accept",
+        "  if (flag != nullptr && *flag) return;",
+        "  if (false) return;",
+    ),
+    "k_ta_check_misses_alias": (
+        "tree_accept",
+        "bad |= (atomicOr(&rows_seen[row >> 5], bit) & bit) != 0;",
+        "atomicOr(&rows_seen[row >> 5], bit);",
+    ),
+    "k_ta_check_depth_of_first_child_links_only": (  # a sibling link counted as a level: depths over-estimated
+        "tree_accept",
+        "if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = k == 0; }",
+        "if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = 1; }",
+    ),
     # draft_topk: the tie order, the log-sum-exp, -inf, the radix passes, the row stride, the zeros
     "k_dt_ties_higher_id": ("draft_topk", "#define DT_ID_BITS(id) (~(id))", "#define DT_ID_BITS(id) (id)"),
     "k_dt_lse_row_truncated": (  # a split's sum (load_split: one-block rows and splits) leaves out each thread's

@@ -255,7 +255,7 @@ def device_times_us(
     per_graph = per_graph_for(single_us)
     per_graph = math.ceil(max(per_graph, len(launches)) / len(launches)) * len(launches)
     try:
-        graph, exe = _capture(s, [launches[i % len(launches)] for i in range(per_graph)])
+        graph, exe = capture(s, [launches[i % len(launches)] for i in range(per_graph)])
     except RuntimeError as e:
         return _unflushed(launches, policy, clock), f"host-enqueued event pairs (graph capture failed: {e})"
     try:
@@ -283,7 +283,10 @@ def _driver():
     return driver
 
 
-def _capture(s, calls):
+def capture(s, calls) -> tuple:
+    """The enqueue-only callables `calls`, captured in order from stream `s` into a CUDA graph: (graph, its
+    executable); RuntimeError naming what failed when a call does something a capture refuses (it allocates or
+    synchronises). The caller destroys both (cuGraphExecDestroy, cuGraphDestroy)."""
     driver = _driver()
     _ok(driver.cuStreamBeginCapture(s.handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
     failed = None

@@ -64,6 +64,34 @@ def device_only(arg: str, x) -> DeviceArray:
     return DeviceArray(x, arg)
 
 
+def device_call(contract, named: dict) -> tuple[str | None, object, dict, dict]:
+    """A deferred call's arguments (every array a caller's device array: InputError naming the first that is not).
+    Returns (lib, an array of that library, {name: DeviceArray}, the arguments for validate_shapes(): each array's
+    shape and dtype, the other arguments as given)."""
+    lib, like, dev, infos = None, None, {}, {}
+    for a in contract.args:
+        x = named[a.name]
+        if a.kind != "array" or x is None:
+            infos[a.name] = x
+            continue
+        d = device_only(a.name, x)
+        lib, like, dev[a.name], infos[a.name] = d.lib, x, d, d.info()
+    return lib, like, dev, infos
+
+
+def host_copies(contract, named: dict) -> dict:
+    """A deferred call's arguments for the contract's full validate(), when its device check failed: host copies of
+    the arrays whose values it reads, the shape and dtype of the others (a cache is not copied)."""
+    out = {}
+    for a in contract.args:
+        x = named[a.name]
+        if a.kind == "array" and is_device_array(x):
+            d = DeviceArray(x, a.name)
+            x = d.host() if a.reads_values else d.info()
+        out[a.name] = x
+    return out
+
+
 def _c_strides(shape, itemsize):
     out, acc = [], itemsize
     for n in reversed(shape):

@@ -173,6 +173,7 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_accept_kernel",
         "tree_accept_geometry",
         128,
+        extra_entries=("tree_accept_check_kernel",),  # the deferred path's device checks (TA.4.4)
     ),
     KernelSpec(
         "tree_verify",

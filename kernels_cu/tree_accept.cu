@@ -13,13 +13,88 @@
 // so each thread owns a 16-byte column of the rows and loads all n sources before storing any.
 //
 // Launch: grid = bs, block = KERNEL_BLOCK, dynamic shared memory tree_accept_smem_bytes(D) (tree_accept.cuh).
-// Inputs are validated on the host first (contract/tree_accept.py): links point forward, no node has two
-// parents, the root has no sibling, no node is deeper than max_depth, pages are in range, and the commit's
-// rows of different requests never alias (so the blocks cannot race).
+// Inputs are validated first (contract/tree_accept.py): links point forward, no node has two parents, the root
+// has no sibling, no node is deeper than max_depth, pages are in range, and the commit's rows of different
+// requests never alias (so the blocks cannot race). On the host (flag == nullptr), or on the device by
+// tree_accept_check_kernel (the deferred path, TA.4.4), which sets *flag: the walk and the commit then do nothing.
 #include "tree_accept.cuh"
 
 // Host-side geometry: out[0] = dynamic shared memory bytes for tree width D.
 extern "C" __global__ void tree_accept_geometry(int D, long long* out) { out[0] = tree_accept_smem_bytes(D); }
+
+// TA.1.1-TA.1.3 on the device (the deferred path, spec TA.4.4): any input the contract refuses sets *flag, and the
+// host names the error from its own copy when the results are read. One CTA per request; dynamic shared memory
+// tree_accept_smem_bytes(D) (four of its int arrays are used). Every read is guarded by the checks before it, so
+// the kernel stays in bounds on any values. With a commit (kv_rows > 0), `rows_seen` is a bitmap of the cache's
+// kv_rows rows, zeroed before the launch: each request's commit rows prefix_len .. prefix_len + D - 1 set their
+// bits, and a bit already set is an alias (TA.1.3).
+extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_check_kernel(
+    const int* __restrict__ tokens, const int* __restrict__ first_child, const int* __restrict__ next_sibling,
+    const int* __restrict__ target, int D, int L, long long kv_rows, int page_size, const int* __restrict__ block_table,
+    int max_pages, const int* __restrict__ prefix_lens, unsigned* __restrict__ rows_seen, unsigned* __restrict__ flag) {
+  extern __shared__ int sm[];
+  int* s_in = sm;         // [D] incoming links
+  int* s_up = s_in + D;   // [D] pointer jumping: the node reached so far up the incoming links (itself at a top)
+  int* s_acc = s_up + D;  // [D] depth below s_up (a first-child link is one level, a sibling link none)
+  int* s_tmp = s_acc + D;
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const size_t base = size_t(b) * D;
+  bool bad = false;
+  for (int i = tid; i < D; i += blockDim.x) {
+    s_in[i] = 0;
+    s_up[i] = i;
+    s_acc[i] = 0;
+    bad |= tokens[base + i] < 0 || target[base + i] < 0;
+  }
+  if (tid == 0) bad |= next_sibling[base] != -1;  // the root has no sibling
+  __syncthreads();
+  for (int i = tid; i < D; i += blockDim.x) {
+    const int links[2] = {first_child[base + i], next_sibling[base + i]};
+    for (int k = 0; k < 2; ++k) {
+      const int to = links[k];
+      if (to == -1) continue;
+      if (to <= i || to >= D) { bad = true; continue; }  // forward, inside the tree
+      if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = k == 0; }  // the first incoming link
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < D; i += blockDim.x) bad |= s_in[i] > 1;  // one parent at most
+  // ceil(log2 D) rounds: every node's s_up becomes the top of its chain of incoming links, s_acc its depth below
+  // it (a node whose chain ends at the root is in the tree; the others are pads, never walked)
+  for (int span = 1; span < D; span <<= 1) {
+    for (int i = tid; i < D; i += blockDim.x) s_tmp[i] = s_acc[i] + s_acc[s_up[i]];
+    __syncthreads();
+    for (int i = tid; i < D; i += blockDim.x) s_acc[i] = s_tmp[i];
+    __syncthreads();
+    for (int i = tid; i < D; i += blockDim.x) s_tmp[i] = s_up[s_up[i]];
+    __syncthreads();
+    for (int i = tid; i < D; i += blockDim.x) s_up[i] = s_tmp[i];
+    __syncthreads();
+  }
+  for (int i = tid; i < D; i += blockDim.x) bad |= s_up[i] == 0 && s_acc[i] > L;
+  if (kv_rows > 0) {  // the commit's addressing: what the kernel reads and writes
+    const long long P = prefix_lens[b];
+    const long long need = (P + D + page_size - 1) / page_size;
+    const int* bt = block_table + size_t(b) * max_pages;
+    if (P < 0 || P + D > CONTRACT_MAX_CONTEXT || need > max_pages) {
+      bad = true;
+    } else {
+      bool pages_ok = true;
+      const long long num_pages = kv_rows / page_size;
+      for (long long j = tid; j < need; j += blockDim.x) pages_ok &= bt[j] >= 0 && bt[j] < num_pages;
+      pages_ok = __syncthreads_and(pages_ok);
+      bad |= !pages_ok;
+      if (pages_ok) {
+        for (int i = tid; i < D; i += blockDim.x) {
+          const long long p = P + i, row = (long long)bt[p / page_size] * page_size + p % page_size;
+          const unsigned bit = 1u << (row & 31);
+          bad |= (atomicOr(&rows_seen[row >> 5], bit) & bit) != 0;
+        }
+      }
+    }
+  }
+  if (__syncthreads_or(bad) && tid == 0) atomicOr(flag, 1u);
+}
 
 extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
     const int* __restrict__ tokens, const int* __restrict__ first_child, const int* __restrict__ next_sibling,
@@ -28,7 +103,9 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
     int* __restrict__ new_lens,
     // commit (kv == nullptr: walk only)
     uint4* __restrict__ kv, int row_vec,  // cache rows as 16-byte vectors: row_vec = 576 * itemsize / 16
-    int page_size, const int* __restrict__ block_table, int max_pages, const int* __restrict__ prefix_lens) {
+    int page_size, const int* __restrict__ block_table, int max_pages, const int* __restrict__ prefix_lens,
+    const unsigned* __restrict__ flag) {  // the deferred path's error flag (nullptr: checked on the host)
+  if (flag != nullptr && *flag) return;  // refused by tree_accept_check_kernel: nothing is walked or written
   extern __shared__ int sm[];
   int* s_tok = sm;           // [D]
   int* s_tgt = s_tok + D;    // [D]

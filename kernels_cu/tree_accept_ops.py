@@ -9,13 +9,16 @@ from contract import TREE_ACCEPT, Accept, limits
 
 from . import geometry
 from .arrays import (
+    Deferred,
     DeviceArray,
     Prepared,
     Staging,
     call_args,
     check,
     check_aligned,
+    device_call,
     driver,
+    host_copies,
     launch_kernel,
     run,
     split_args,
@@ -27,14 +30,39 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     """{entry: (threads, most dynamic shared memory)} of every launch of `spec`'s entries in the contract's limits
     (the shared memory grows with the tree width D)."""
     worst = max(geometry.tree_accept(D) for D in range(1, limits.MAX_TREE + 1))
-    return {spec.entry: (spec.block, worst), spec.geometry: (1, 0)}
+    return {spec.entry: (spec.block, worst), "tree_accept_check_kernel": (spec.block, worst), spec.geometry: (1, 0)}
 
 
 def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     """Validate a tree_accept call (the contract's signature) and set it up on the device for `spec`."""
     lib, like, host, dev = split_args(TREE_ACCEPT, TREE_ACCEPT.bind(*args, **kwargs))
     checked = TREE_ACCEPT.validate(**host)
-    bs, D, L = checked.dims["bs"], checked.dims["D"], checked.args["max_depth"]
+    st, walk, collect, _ = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=False)
+    return Prepared(st, walk, collect)
+
+
+def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+    """Set up a tree_accept call on device-resident inputs (cupy, torch) with the value checks on the device (spec
+    TA.4.4). The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare()
+    would, from check() / results() after the launch, and then nothing was walked or committed. The launch is
+    capturable; the commit writes the caller's device cache in place."""
+    named = TREE_ACCEPT.bind(*args, **kwargs)
+    lib, like, dev, infos = device_call(TREE_ACCEPT, named)
+    checked = TREE_ACCEPT.validate_shapes(**infos)
+    st, walk, collect, flag = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=True)
+
+    def revalidate():  # raises the named error
+        TREE_ACCEPT.validate(**host_copies(TREE_ACCEPT, named))
+
+    return Deferred(st, walk, collect, flag, revalidate, "tree_accept")
+
+
+def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, deferred: bool) -> tuple:
+    """The buffers and the launch of a call whose arguments passed the contract's checks (all of them, or, when
+    `deferred`, those of validate_shapes()): (staging, launch, collect, flag). deferred: the launch first zeroes an
+    error flag (its device address is returned) and the commit's row bitmap, then runs tree_accept_check_kernel,
+    whose flag stops the walk and the commit; else the flag is 0 and the kernel checks nothing."""
+    bs, D = dims["bs"], dims["D"]
     kv = dev["kv_cache"]
     check_aligned("kv_cache", kv, "the commit copies 16-byte vectors")
     smem = geometry.tree_accept(D)
@@ -44,10 +72,11 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
         ins = [st.input(dev[k]) for k in ("tokens", "first_child", "next_sibling", "target_tokens")]
         outs = {}
         for o in TREE_ACCEPT.outputs:
-            shape = tuple(1 + L if s == "1+L" else checked.dims[s] if isinstance(s, str) else s for s in o.shape)
+            shape = tuple(1 + L if s == "1+L" else dims[s] if isinstance(s, str) else s for s in o.shape)
             outs[o.name] = st.output(shape, o.dtype)
         if kv is None:
             commit = (0, np.int32(0), np.int32(1), 0, np.int32(0), 0)
+            kv_rows = 0
         else:
             kv_ptr = st.input(kv)
             row_vec = limits.HEAD_DIM * kv.dtype.itemsize // 16
@@ -57,13 +86,29 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
                 np.int32(row_vec),
                 np.int32(kv.shape[1]),
                 st.input(bt),
-                np.int32(host["block_table"].shape[1]),
+                np.int32(bt.shape[1]),
                 st.input(dev["prefix_lens"]),
             )
+            kv_rows = kv.shape[0] * kv.shape[1]
+        flag = st.scratch(4) if deferred else 0
+        # the check's bitmap of the cache's rows (an alias of two commit rows finds its bit set)
+        words = (kv_rows + 31) // 32 if deferred else 0
+        seen = st.scratch(4 * words) if words else 0
     except BaseException:
         st.close()
         raise
-    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit)
+    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit, flag)
+    check_args = (*ins, np.int32(D), np.int32(L), np.int64(kv_rows), commit[2], commit[3], commit[4], commit[5], seen,
+                  flag)  # fmt: skip
+
+    def launch():
+        if deferred:
+            stream = st.g.stream.handle
+            check(driver().cuMemsetD32Async(flag, 0, 1, stream))
+            if words:
+                check(driver().cuMemsetD32Async(seen, 0, words, stream))
+            launch_kernel(spec, bs, smem, *check_args, entry="tree_accept_check_kernel")
+        launch_kernel(spec, bs, smem, *args)
 
     def collect():
         res = {f: st.result(outs[f][0]) for f in Accept.FIELDS}
@@ -72,7 +117,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
             st.g.stream.sync()
         return Accept(**res)
 
-    return Prepared(st, lambda: launch_kernel(spec, bs, smem, *args), collect)
+    return st, launch, collect, flag
 
 
 def bind(spec: KernelSpec):

@@ -10,18 +10,17 @@ from __future__ import annotations
 import numpy as np
 
 from contract import TREE_BUILD, Tree
-from contract.checks import is_device_array
 
 from . import geometry, runtime, specs
 from .arrays import (
     Deferred,
-    DeviceArray,
     Prepared,
     Staging,
     call_args,
     check,
-    device_only,
+    device_call,
     driver,
+    host_copies,
     launch_kernel,
     run,
     split_args,
@@ -50,16 +49,7 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **k
     The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare() would,
     from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens)."""
     named = TREE_BUILD.bind(*args, **kwargs)
-    dev: dict[str, object] = {}
-    infos: dict[str, object] = {}
-    lib, like = None, None
-    for a in TREE_BUILD.args:
-        x = named[a.name]
-        if a.kind != "array" or x is None:
-            infos[a.name] = x
-            continue
-        d = device_only(a.name, x)
-        lib, like, dev[a.name], infos[a.name] = d.lib, x, d, d.info()
+    lib, like, dev, infos = device_call(TREE_BUILD, named)
     dims = TREE_BUILD.validate_shapes(**infos).dims
     if named["prefix_lens"] is None:
         dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
@@ -77,7 +67,7 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **k
         build()
 
     def revalidate():  # raises the named error
-        TREE_BUILD.validate(**{k: DeviceArray(v, k).host() if is_device_array(v) else v for k, v in named.items()})
+        TREE_BUILD.validate(**host_copies(TREE_BUILD, named))
 
     return Deferred(st, launch, collect, flag, revalidate, "tree_build")
 
