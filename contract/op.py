@@ -208,15 +208,7 @@ class OpContract:
     def _validate(self, named: dict, host: bool) -> Checked:
         self.fill_defaults(named)
         dims: dict[str, Any] = {}
-        groups: dict[str, list[str]] = {}
-        for a in self.args:
-            if a.group:
-                groups.setdefault(a.group, []).append(a.name)
-        for names in groups.values():
-            given = [n for n in names if named[n] is not None]
-            if given and len(given) != len(names):
-                missing = [n for n in names if named[n] is None]
-                c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
+        self._check_groups(named)
         self._check_args(named, dims, values=True, host=host)
         self.check_values(named, dims)
         return Checked(named, dims)
@@ -229,9 +221,22 @@ class OpContract:
             raise TypeError(f"{self.slug} has no shape-only validation")
         named = self.bind(*args, **kwargs)
         dims: dict[str, Any] = {}
+        self._check_groups(named)
         self._check_args(named, dims, values=False)
         self.check_shapes(named, dims)
         return Checked(named, dims)
+
+    def _check_groups(self, named: dict) -> None:
+        """Arguments of one group (tree_accept's commit) come all together or not at all."""
+        groups: dict[str, list[str]] = {}
+        for a in self.args:
+            if a.group:
+                groups.setdefault(a.group, []).append(a.name)
+        for names in groups.values():
+            given = [n for n in names if named[n] is not None]
+            if given and len(given) != len(names):
+                missing = [n for n in names if named[n] is None]
+                c.fail(names[0], f"needs {', '.join(names)} together ({', '.join(missing)} missing)")
 
     def _check_args(self, named: dict, dims: dict, values: bool, host: bool = False) -> None:
         """The structural pass over every argument, in argument order (arrays' values only when `values`;

@@ -3,7 +3,8 @@ process, the registered variants (radix, prefilter) and alternatives kept only h
 defines or a patched launch bound), each checked first: its ids equal to the first design's on every row and to the
 numpy reference on a sample of rows, its log-probs equal to the first design's bit for bit.
 
-  python3 -m lab.draft_topk_dev time [--quick] [--json F] [--designs a,b]
+  python3 -m lab.draft_topk_dev time [--quick] [--json F] [--designs a,b] [--knockouts]
+  python3 -m lab.draft_topk_dev launch [--shape dtype,V,L,K,bs] [--design D]   # two launches, for ncu
 
 Inputs are the benchmark's (perf/bench_draft_topk.py: normal logits, scale 3, rounded to the dtype, so bf16 has
 many exact ties). Times are device medians with the L2 flushed or rotated as the benchmark does (harness.timing's
@@ -35,10 +36,34 @@ _SPLIT_LB4 = ("__launch_bounds__(DT_THREADS) draft_topk_split_", "__launch_bound
 def designs() -> dict[str, specs.KernelSpec]:
     radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
     out = {"radix": radix, "prefilter": pre}
-    out["radix_lb4"] = dataclasses.replace(radix, variant="radix_lb4", patches=(_SPLIT_LB4,))
     out["prefilter_lb4"] = dataclasses.replace(pre, variant="prefilter_lb4", patches=(_SPLIT_LB4,))
     out["prefilter_cap256"] = pre.with_defines("prefilter_cap256", DT_CAND_CAP="256")
     out["prefilter_cap1024"] = pre.with_defines("prefilter_cap1024", DT_CAND_CAP="1024")
+    return out
+
+
+# Knock-outs (timed, never checked: their outputs are wrong by design): where a design's time goes, by what is left
+# when a part of it is cut. The merge cut at its start (the splits alone); the splits cut after the read and the
+# block's (max, sum) (the read, its order bits, the exps and two block reductions); the same without the reductions.
+_MERGE_CUT = (
+    "  const u64* cand = ws_keys + row * n;\n",
+    "  const u64* cand = ws_keys + row * n;\n  if (V > 0) return;\n",
+)
+_SPLIT_CUT = (
+    "  if (threadIdx.x == 0) ws_lse[row * splits + split] = make_float2(m, s);\n",
+    "  if (threadIdx.x == 0) ws_lse[row * splits + split] = make_float2(m, s);\n  if (V > 0) return;\n",
+)
+_NO_REDUCTIONS = (("  m = block_max(sh, m);\n", ""), ("  s = block_sum(sh, s);\n", ""))
+
+
+def knockouts() -> dict[str, specs.KernelSpec]:
+    out = {}
+    for name in ("radix", "prefilter"):
+        spec = specs.get("draft_topk", name)
+        out[f"{name}_splits_only"] = dataclasses.replace(spec, variant=f"{name}_splits_only", patches=(_MERGE_CUT,))
+    pre = specs.get("draft_topk", "prefilter")
+    out["read_max_sum_only"] = dataclasses.replace(pre, variant="read_max_sum_only", patches=(_MERGE_CUT, _SPLIT_CUT))
+    out["read_only"] = dataclasses.replace(pre, variant="read_only", patches=(_MERGE_CUT, _SPLIT_CUT, *_NO_REDUCTIONS))
     return out
 
 
@@ -58,12 +83,15 @@ def sample_reference(torch, x, K):
     return rows, ref.draft_topk(host[None], K)
 
 
-def run_one(torch, spec, x, K, first, sample, plan, policy):
+def run_one(torch, spec, x, K, first, sample, plan, policy, checked=True):
     """One design on one input: checked (against the first design's outputs and the reference sample), then timed.
-    Returns (median µs, outputs as torch tensors)."""
+    Returns (median µs, outputs as torch tensors). checked=False (a knock-out): timed only."""
     p = draft_topk_ops.prepare(spec, x, K)
     try:
         p.launch()
+        if not checked:
+            dev, _ = timing.device_times_us([p.launch], plan=plan, policy=policy)
+            return timing.summary(dev)["median_us"], None
         got = p.results()
         logp, ids = got.top_logp.clone(), got.top_ids.clone()
         rows, want = sample
@@ -92,15 +120,29 @@ QUICK = [("bf16", 163_840, 16, 8, 1), ("bf16", 163_840, 16, 8, 64), ("bf16", 163
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["time"])
+    ap.add_argument("what", choices=["time", "launch"])
+    ap.add_argument("--shape", default="bf16,163840,16,8,64", help="launch: dtype,V,L,K,bs")
+    ap.add_argument("--design", default="prefilter", help="launch: one design (for Nsight Compute)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--designs", default=",".join(designs()), help="comma list of designs() names (first: baseline)")
+    ap.add_argument("--knockouts", action="store_true", help="also time knockouts() (unchecked) beside them")
     a = ap.parse_args(argv)
     import torch
 
+    if a.what == "launch":  # one checked launch and one more, for a profiler to catch (ncu -k regex:draft_topk)
+        dtype, *dims = a.shape.split(",")
+        V, L, K, bs = (int(v) for v in dims)
+        x = logits(torch, bs, L, V, dtype)
+        p = draft_topk_ops.prepare(designs()[a.design], x, K)
+        p.launch()
+        p.launch()
+        p.finish()
+        return
     policy = timing.Policy(warmup=2, min_reps=3, max_reps=30, budget_s=0.15)
     ds = {k: v for k, v in designs().items() if k in a.designs.split(",")}
+    kos = knockouts() if a.knockouts else {}
+    ds |= kos
     rows = []
     for dtype, V, L, K, bs in QUICK if a.quick else GRID:
         x = logits(torch, bs, L, V, dtype)
@@ -109,8 +151,9 @@ def main(argv=None):
         row = {"dtype": dtype, "V": V, "L": L, "K": K, "bs": bs, "floor_us": round(nbytes / READ_TBPS / 1e6, 2)}
         sample, first = sample_reference(torch, x, K), None
         for name, spec in ds.items():
+            checked = name not in kos
             try:
-                us, out = run_one(torch, spec, x, K, first, sample, plan, policy)
+                us, out = run_one(torch, spec, x, K, first, sample, plan, policy, checked)
                 first = first or out
                 row[name] = round(us, 2)
             except Exception as e:  # a design that fails is reported, not hidden
