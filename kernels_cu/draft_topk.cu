@@ -75,6 +75,37 @@ struct RegisterKeys {  // DT_ITEMS logits per thread (their order-preserving bit
     }
   }
 };
+// The prefilter's two looks at a block's keys (prefilter_select): the thread's largest key, and whether any of its
+// keys may be >= a bound. Any visitor answers them by visiting its keys; the split's registers answer on the 32-bit
+// logit order alone (a fraction of the instructions per logit: this is most of the split kernel's work).
+template <class ForEach>
+__device__ __forceinline__ u64 thread_best_key(const ForEach& for_each_key) {
+  u64 best = DT_NO_KEY;
+  for_each_key([&](u64 key) { best = key > best ? key : best; });
+  return best;
+}
+template <class ForEach>
+__device__ __forceinline__ bool thread_may_reach(const ForEach&, u64) {
+  return true;
+}
+__device__ __forceinline__ u64 thread_best_key(const RegisterKeys& r) {
+  uint32_t best = r.ord[0];
+  int at = 0;
+#pragma unroll
+  for (int j = 1; j < DT_ITEMS; ++j) {  // the first of equal logits has the lower id: the larger key
+    if (r.ord[j] > best) { best = r.ord[j]; at = j; }
+  }
+  const int i = at * DT_THREADS + threadIdx.x;  // padding (i >= n) holds -inf's order: it wins only a padded thread
+  return i < r.n ? (u64(best) << 32) | u64(uint32_t(DT_ID_BITS(r.first_id + uint32_t(i)))) : DT_NO_KEY;
+}
+__device__ __forceinline__ bool thread_may_reach(const RegisterKeys& r, u64 bound) {
+  const uint32_t hi = uint32_t(bound >> 32);  // a key >= bound has its logit order >= the bound's
+  bool any = false;
+#pragma unroll
+  for (int j = 0; j < DT_ITEMS; ++j) any |= r.ord[j] >= hi;
+  return any;
+}
+
 template <class T>
 struct LogitKeys {  // a row's logits [0, n), read from global memory at each visit
   const T* x;
@@ -231,15 +262,14 @@ __device__ bool prefilter_select(SelectShared& sh, int take, ForEach for_each_ke
   const int j = (take + kWarps - 1) / kWarps;
   if (j > 32) return false;
   const int lane = threadIdx.x & 31;
-  u64 best = DT_NO_KEY;
-  for_each_key([&](u64 key) { best = key > best ? key : best; });
-  const u64 wb = warp_jth_largest(best, j);
+  const u64 wb = warp_jth_largest(thread_best_key(for_each_key), j);
   if (lane == 0) sh.bound[threadIdx.x >> 5] = wb;
   if (threadIdx.x == 0) sh.ncand = 0;
   __syncthreads();
   u64 b = sh.bound[0];
   for (int w = 1; w < kWarps; ++w) b = sh.bound[w] < b ? sh.bound[w] : b;
-  for_each_key([&](u64 key) {  // every lane visits as many keys: the ballot is the whole warp's
+  // most warps hold no key >= b: they skip the gather (the test is the whole warp's, so its ballots stay whole)
+  if (__any_sync(0xffffffffu, thread_may_reach(for_each_key, b))) for_each_key([&](u64 key) {
     const bool in = key != DT_NO_KEY && key >= b;
     const unsigned ballot = __ballot_sync(0xffffffffu, in);
     if (ballot == 0) return;
@@ -468,13 +498,24 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
   write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
+// The split kernels' residency: with 4 blocks per SM (64 registers, no spill on sm_90) more loads are in flight
+// while other blocks select (15-25 % faster than 3 from bs 8 on an H100, lab/draft_topk_dev.py, 2026-12-06); sm_120's
+// build spills at 64, so it keeps 3 (80 registers).
+#ifndef DT_SPLIT_MIN_BLOCKS
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
+#define DT_SPLIT_MIN_BLOCKS 3
+#else
+#define DT_SPLIT_MIN_BLOCKS 4
+#endif
+#endif
+
 #define DT_ENTRIES(NAME, T)                                                                                  \
   extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_row_##NAME(                            \
       const T* __restrict__ logits, int V, int K, float* __restrict__ out_logp, int* __restrict__ out_ids,   \
       unsigned* flag) {                                                                                      \
     row_kernel<T>(logits, V, K, out_logp, out_ids, flag);                                                    \
   }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_split_##NAME(                          \
+  extern "C" __global__ void __launch_bounds__(DT_THREADS, DT_SPLIT_MIN_BLOCKS) draft_topk_split_##NAME(     \
       const T* __restrict__ logits, int V, int K, u64* __restrict__ ws_keys, float2* __restrict__ ws_lse,    \
       unsigned* flag) {                                                                                      \
     split_kernel<T>(logits, V, K, ws_keys, ws_lse, flag);                                                    \

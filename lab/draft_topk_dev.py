@@ -28,15 +28,19 @@ from reference import draft_topk as ref
 BF16 = np.dtype(ml_dtypes.bfloat16)
 READ_TBPS = 4.45  # the H200's measured read ceiling (perf/bench_ceilings.py), for the floor column only
 
-# The split kernels' launch bound: `__launch_bounds__(DT_THREADS)` lets ptxas use up to 255 registers (80 on sm_90
-# today); a minimum of 4 blocks per SM caps them at 64, for more resident warps to hide the logits' loads.
-_SPLIT_LB4 = ("__launch_bounds__(DT_THREADS) draft_topk_split_", "__launch_bounds__(DT_THREADS, 4) draft_topk_split_")
-
 
 def designs() -> dict[str, specs.KernelSpec]:
     radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
     out = {"radix": radix, "prefilter": pre}
-    out["prefilter_lb4"] = dataclasses.replace(pre, variant="prefilter_lb4", patches=(_SPLIT_LB4,))
+    # the split kernels at 3 blocks per SM (80 registers) instead of 4 (64): draft_topk.cu's DT_SPLIT_MIN_BLOCKS
+    out["prefilter_lb3"] = pre.with_defines("prefilter_lb3", DT_SPLIT_MIN_BLOCKS="3")
+    # the prefilter's looks at the split's registers through the generic key visits (as before 2026-12-06: a 64-bit
+    # key built and compared per logit) instead of on the 32-bit logit order
+    generic = (
+        ("u64 thread_best_key(const RegisterKeys& r", "u64 thread_best_key_off(const RegisterKeys& r"),
+        ("bool thread_may_reach(const RegisterKeys& r", "bool thread_may_reach_off(const RegisterKeys& r"),
+    )
+    out["prefilter_generic_visits"] = dataclasses.replace(pre, variant="prefilter_generic_visits", patches=generic)
     out["prefilter_cap256"] = pre.with_defines("prefilter_cap256", DT_CAND_CAP="256")
     out["prefilter_cap1024"] = pre.with_defines("prefilter_cap1024", DT_CAND_CAP="1024")
     return out
