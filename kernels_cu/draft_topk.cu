@@ -75,9 +75,10 @@ struct RegisterKeys {  // DT_ITEMS logits per thread (their order-preserving bit
     }
   }
 };
-// The prefilter's two looks at a block's keys (prefilter_select): the thread's largest key, and whether any of its
-// keys may be >= a bound. Any visitor answers them by visiting its keys; the split's registers answer on the 32-bit
-// logit order alone (a fraction of the instructions per logit: this is most of the split kernel's work).
+// The prefilter's two looks at a block's keys (prefilter_select, with DT_REGISTER_LOOKS): the thread's largest key,
+// and whether any of its keys may be >= a bound. Any visitor answers them by visiting its keys; the split's registers
+// answer on the 32-bit logit order alone (a fraction of the instructions per logit, where most of the split kernel's
+// work is). A design until a GPU run has timed and certified it: off, the kernel is the one certified at 38b0d82.
 template <class ForEach>
 __device__ __forceinline__ u64 thread_best_key(const ForEach& for_each_key) {
   u64 best = DT_NO_KEY;
@@ -262,14 +263,22 @@ __device__ bool prefilter_select(SelectShared& sh, int take, ForEach for_each_ke
   const int j = (take + kWarps - 1) / kWarps;
   if (j > 32) return false;
   const int lane = threadIdx.x & 31;
+#if DT_REGISTER_LOOKS
   const u64 wb = warp_jth_largest(thread_best_key(for_each_key), j);
+#else
+  u64 best = DT_NO_KEY;
+  for_each_key([&](u64 key) { best = key > best ? key : best; });
+  const u64 wb = warp_jth_largest(best, j);
+#endif
   if (lane == 0) sh.bound[threadIdx.x >> 5] = wb;
   if (threadIdx.x == 0) sh.ncand = 0;
   __syncthreads();
   u64 b = sh.bound[0];
   for (int w = 1; w < kWarps; ++w) b = sh.bound[w] < b ? sh.bound[w] : b;
-  // most warps hold no key >= b: they skip the gather (the test is the whole warp's, so its ballots stay whole)
-  if (__any_sync(0xffffffffu, thread_may_reach(for_each_key, b))) for_each_key([&](u64 key) {
+#if DT_REGISTER_LOOKS  // most warps hold no key >= b: they skip the gather (the whole warp's test: ballots stay whole)
+  if (__any_sync(0xffffffffu, thread_may_reach(for_each_key, b)))
+#endif
+  for_each_key([&](u64 key) {  // every lane visits as many keys: the ballot is the whole warp's
     const bool in = key != DT_NO_KEY && key >= b;
     const unsigned ballot = __ballot_sync(0xffffffffu, in);
     if (ballot == 0) return;
@@ -498,15 +507,17 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
   write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
-// The split kernels' residency: with 4 blocks per SM (64 registers, no spill on sm_90) more loads are in flight
-// while other blocks select (15-25 % faster than 3 from bs 8 on an H100, lab/draft_topk_dev.py, 2026-12-06); sm_120's
-// build spills at 64, so it keeps 3 (80 registers).
+// The split kernels' residency: DT_SPLIT_MIN_BLOCKS 4 asks for 4 blocks per SM (64 registers, no spill on sm_90), so
+// that more loads are in flight while other blocks select (15-25 % faster than the 3 that ptxas chose from bs 8 on an
+// H100, lab/draft_topk_dev.py, 2026-12-06; sm_120's build would spill at 64: 3 there). 0 (the default until a GPU run
+// certifies the other): no minimum, the build certified at 38b0d82.
 #ifndef DT_SPLIT_MIN_BLOCKS
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1200
-#define DT_SPLIT_MIN_BLOCKS 3
-#else
-#define DT_SPLIT_MIN_BLOCKS 4
+#define DT_SPLIT_MIN_BLOCKS 0
 #endif
+#if DT_SPLIT_MIN_BLOCKS
+#define DT_SPLIT_BOUNDS __launch_bounds__(DT_THREADS, DT_SPLIT_MIN_BLOCKS)
+#else
+#define DT_SPLIT_BOUNDS __launch_bounds__(DT_THREADS)
 #endif
 
 #define DT_ENTRIES(NAME, T)                                                                                  \
@@ -515,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
       unsigned* flag) {                                                                                      \
     row_kernel<T>(logits, V, K, out_logp, out_ids, flag);                                                    \
   }                                                                                                          \
-  extern "C" __global__ void __launch_bounds__(DT_THREADS, DT_SPLIT_MIN_BLOCKS) draft_topk_split_##NAME(     \
+  extern "C" __global__ void DT_SPLIT_BOUNDS draft_topk_split_##NAME(                                        \
       const T* __restrict__ logits, int V, int K, u64* __restrict__ ws_keys, float2* __restrict__ ws_lse,    \
       unsigned* flag) {                                                                                      \
     split_kernel<T>(logits, V, K, ws_keys, ws_lse, flag);                                                    \

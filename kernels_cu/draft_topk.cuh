@@ -27,6 +27,10 @@
 #ifndef DT_CAND_CAP
 #define DT_CAND_CAP 512
 #endif
+// The prefilter's looks at a split's registers on the 32-bit logit order (draft_topk.cu): a design, off by default.
+#ifndef DT_REGISTER_LOOKS
+#define DT_REGISTER_LOOKS 0
+#endif
 
 KERNEL_HD constexpr int draft_topk_threads() { return DT_THREADS; }
 KERNEL_HD constexpr int draft_topk_chunk() { return DT_THREADS * DT_ITEMS; }

@@ -30,20 +30,19 @@ READ_TBPS = 4.45  # the H200's measured read ceiling (perf/bench_ceilings.py), f
 
 
 def designs() -> dict[str, specs.KernelSpec]:
+    """The registered variants and the alternatives kept here: draft_topk.cu's DT_REGISTER_LOOKS (the prefilter's
+    looks at a split's registers on the 32-bit logit order) and DT_SPLIT_MIN_BLOCKS (4 split blocks per SM, 64
+    registers), alone and together, and the candidate cap."""
     radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
-    out = {"radix": radix, "prefilter": pre}
-    # the split kernels at 3 blocks per SM (80 registers) instead of 4 (64): draft_topk.cu's DT_SPLIT_MIN_BLOCKS
-    out["prefilter_lb3"] = pre.with_defines("prefilter_lb3", DT_SPLIT_MIN_BLOCKS="3")
-    # the prefilter's looks at the split's registers through the generic key visits (as before 2026-12-06: a 64-bit
-    # key built and compared per logit) instead of on the 32-bit logit order
-    generic = (
-        ("u64 thread_best_key(const RegisterKeys& r", "u64 thread_best_key_off(const RegisterKeys& r"),
-        ("bool thread_may_reach(const RegisterKeys& r", "bool thread_may_reach_off(const RegisterKeys& r"),
-    )
-    out["prefilter_generic_visits"] = dataclasses.replace(pre, variant="prefilter_generic_visits", patches=generic)
-    out["prefilter_cap256"] = pre.with_defines("prefilter_cap256", DT_CAND_CAP="256")
-    out["prefilter_cap1024"] = pre.with_defines("prefilter_cap1024", DT_CAND_CAP="1024")
-    return out
+    return {
+        "radix": radix,
+        "prefilter": pre,
+        "radix_lb4": radix.with_defines("radix_lb4", DT_SPLIT_MIN_BLOCKS="4"),
+        "prefilter_lb4": pre.with_defines("prefilter_lb4", DT_SPLIT_MIN_BLOCKS="4"),
+        "prefilter_looks": pre.with_defines("prefilter_looks", DT_REGISTER_LOOKS="1"),
+        "prefilter_looks_lb4": pre.with_defines("prefilter_looks_lb4", DT_REGISTER_LOOKS="1", DT_SPLIT_MIN_BLOCKS="4"),
+        "prefilter_cap256": pre.with_defines("prefilter_cap256", DT_CAND_CAP="256"),
+    }
 
 
 # Knock-outs (timed, never checked: their outputs are wrong by design): where a design's time goes, by what is left
