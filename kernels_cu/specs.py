@@ -226,7 +226,7 @@ SPECS: tuple[KernelSpec, ...] = (
             (
                 "radix",
                 "0",
-                False,  # changed since its GPU certification at 4205985 (flag, merge): runs when named until rerun
+                True,  # certified on an H100 at 38b0d82 (reports/h100/2026-12-06); the default build's SASS since
                 "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key "
                 "(order-preserving logit bits above the complement of its id), the K largest by 8-bit radix passes "
                 "over keys held in registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K "
@@ -236,7 +236,7 @@ SPECS: tuple[KernelSpec, ...] = (
             (
                 "prefilter",
                 "1",
-                False,  # until certified on a GPU: runs when named (--impl cuda:prefilter)
+                True,  # certified with radix (the same run); lab/sass_identity.py --before 38b0d82: identical
                 "radix's splits and keys, with the selection made on the few keys above a bound found without the "
                 "passes (each warp's ceil(K/8)-th best thread maximum: at least K keys lie above their minimum), "
                 "ranked by counting in shared memory, sorted as they are ranked; the radix passes where more than "
