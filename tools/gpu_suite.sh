@@ -7,7 +7,7 @@
 #   reports/<device>/<date>/ (reports/README.md).
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep
 #           perf_draft_topk_bf16 perf_draft_topk_fp32 gate gate_fallback baseline report scaling engine_cuda tb_dev
-#           perf_verify_peers
+#           dt_dev perf_verify_peers
 #   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells
 #           (--perf-stage gate_fallback) must give the same rates, and a run of a planted build whose every selection
 #           fails its check (slow_tb_always_fallback, harness/kernel_mutants.py) must fail
@@ -15,6 +15,8 @@
 #   perf_verify_peers (not in `perf`): our kernels on chains beside FlashMLA and FlashInfer MLA; the peers must be
 #           importable (pip install '.[peers]', or PYTHONPATH=.peers/site from tools/peers_setup.sh: docs/ADAPTERS.md)
 #   tb_dev: `python -m lab.tree_build_dev` fallbacks and time (every tree_build design side by side, bit-checked)
+#   dt_dev: `python -m lab.draft_topk_dev time --knockouts` (every draft_topk design side by side, bit-checked, and
+#           where the time goes)
 #   engine_cuda: builds kdtree-engine with its CUDA backend (nvcc; KDTREE_ENGINE_PREBUILT=1 takes build/engine as it is),
 #           then runs every op clause with
 #           --impl engine-cuda (the boundary cases included), the engine-cuda = NVRTC bit-identity and CUDA decode
@@ -169,6 +171,9 @@ for stage in "${STAGES[@]}"; do case $stage in
     summary "gate_fallback: planted always-fallback rc=$rc_planted (want 1): $(tail -1 "$OUT/logs/gate_fallback_planted.txt")"
     grep -E 'FALLBACK RATE ROSE' "$OUT/logs/gate_fallback_planted.txt" | head -6 | sed 's/^/  /' | tee -a "$OUT/summary.txt"
     [ "$rc_rerun" -eq 0 ] && [ "$rc_planted" -eq 1 ] || status=1 ;;
+  dt_dev)  # draft_topk designs side by side (each checked against the first's bits) and the knock-outs
+    run dt_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.draft_topk_dev time ${KDTREE_PERF_QUICK:+--quick} --knockouts \
+        --json "$OUT/dt-designs.json" ;;
   tb_dev)  # tree_build designs side by side, and how often the select variants replay (lab/PERF_NOTES.md)
     run tb_dev_fallbacks timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev fallbacks --json "$OUT/tb-fallbacks.json"
     run tb_dev_time timeout -k 30 "$LIMIT" "$PY" -m lab.tree_build_dev time ${KDTREE_PERF_QUICK:+--quick} \
