@@ -23,6 +23,7 @@ import numpy as np
 
 from harness import timing
 from kernels_cu import draft_topk_ops, specs
+from lab import design_table
 from reference import draft_topk as ref
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -154,26 +155,14 @@ def main(argv=None):
         row = {"dtype": dtype, "V": V, "L": L, "K": K, "bs": bs, "floor_us": round(nbytes / READ_TBPS / 1e6, 2)}
         sample, first = sample_reference(torch, x, K), None
         for name, spec in ds.items():
-            checked = name not in kos
-            try:
-                us, out = run_one(torch, spec, x, K, first, sample, plan, policy, checked)
-                first = first or out
-                row[name] = round(us, 2)
-            except Exception as e:  # a design that fails is reported, not hidden
-                row[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
+            row[name], out = design_table.cell(run_one, torch, spec, x, K, first, sample, plan, policy, name not in kos)
+            first = first or out
         del x, first
         torch.cuda.empty_cache()
         rows.append(row)
         print(json.dumps(row), flush=True)
-    names = list(ds)
-    print("\n| dtype | V | L | K | bs | read floor µs | " + " | ".join(names) + " |")
-    print("|---|---|---|---|---|---|" + "---|" * len(names))
-    for r in rows:
-        head = f"| {r['dtype']} | {r['V']} | {r['L']} | {r['K']} | {r['bs']} | {r['floor_us']} | "
-        print(head + " | ".join(str(r[n]) for n in names) + " |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    keys = {"dtype": "dtype", "V": "V", "L": "L", "K": "K", "bs": "bs", "floor_us": "read floor µs"}
+    design_table.report(rows, keys, list(ds), a.json)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from harness.bench import fallbacks as bench_fallbacks
 from harness.bench import record
 from harness.compare import assert_bit_exact
 from kernels_cu import specs, tree_build_ops
+from lab import design_table
 from reference import tree_build as ref
 
 # clock64() marks in the lane-cached pop loop (source patches, as the harness's kernel mutants are): lane 0 of
@@ -360,7 +361,7 @@ def expected(args, ds):
     return p.finish()
 
 
-def time_one(spec, args, want, policy) -> float:
+def time_one(spec, args, want, policy) -> tuple[float, None]:
     p = tree_build_ops.prepare(spec, *args)
     try:
         p.launch()
@@ -370,7 +371,7 @@ def time_one(spec, args, want, policy) -> float:
         dev, _ = timing.device_times_us([p.launch], plan=timing.WARM, policy=policy)
     finally:
         p.finish()
-    return timing.summary(dev)["median_us"]
+    return timing.summary(dev)["median_us"], None
 
 
 def main(argv=None):
@@ -414,20 +415,10 @@ def main(argv=None):
             row = {"inputs": kind, "bs": bs, "B": B}
             want = expected(args, ds)
             for name, spec in ds.items():
-                try:
-                    row[name] = round(time_one(spec, args, want, policy), 2)
-                except Exception as e:  # a design that fails is reported, not hidden
-                    row[name] = f"error: {type(e).__name__}: {str(e)[:200]}"
+                row[name], _ = design_table.cell(time_one, spec, args, want, policy)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    names = list(ds)
-    print("\n| inputs | bs | B | " + " | ".join(names) + " |")
-    print("|---|---|---|" + "---|" * len(names))
-    for r in rows:
-        print(f"| {r['inputs']} | {r['bs']} | {r['B']} | " + " | ".join(str(r[n]) for n in names) + " |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    design_table.report(rows, {"inputs": "inputs", "bs": "bs", "B": "B"}, list(ds), a.json)
 
 
 if __name__ == "__main__":
