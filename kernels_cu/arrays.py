@@ -58,7 +58,7 @@ class DeviceArray:
 
 
 def device_only(arg: str, x) -> DeviceArray:
-    """A caller's CUDA array, for paths that take device arrays only (tree_build's deferred checks)."""
+    """A caller's CUDA array, for paths that take device arrays only (the deferred checks: device_call)."""
     if not is_device_array(x):
         raise InputError(f"{arg}: deferred checks take device arrays (cupy, torch), got {type(x).__name__}")
     return DeviceArray(x, arg)
@@ -219,10 +219,10 @@ class Prepared:
 
 
 class Deferred(Prepared):
-    """A prepared call whose value checks run on the device (TB.4.5, DT.4.5): `launch()` enqueues the reset of the
-    error flag at device address `flag`, the check and the op (no host work: capturable); `check()` reads the flag
-    and, when it is set, calls `revalidate()` (the contract's validate() on host copies: it raises the named
-    error); `results()` and `finish()` check first."""
+    """A prepared call whose value checks run on the device (TB.4.5, TA.4.4, DT.4.5): `launch()` enqueues the reset
+    of the error flag at device address `flag`, the check and the op (no host work: capturable); `check()` reads
+    the flag and, when it is set, calls `revalidate()` (the contract's validate() on host copies: it raises the
+    named error); `results()` and `finish()` check first."""
 
     def __init__(self, staging, launch, collect, flag: int, revalidate, slug: str):
         super().__init__(staging, launch, lambda: (self.check(), collect())[1])

@@ -13,7 +13,19 @@ import numpy as np
 from contract import BF16, DRAFT_TOPK, TopK, limits
 
 from . import geometry
-from .arrays import Deferred, Prepared, Staging, call_args, check, device_only, driver, launch_kernel, run, split_args
+from .arrays import (
+    Deferred,
+    Prepared,
+    Staging,
+    call_args,
+    check,
+    device_call,
+    driver,
+    host_copies,
+    launch_kernel,
+    run,
+    split_args,
+)
 from .specs import KernelSpec
 
 # The kernels' entry name suffix per logits dtype.
@@ -47,12 +59,12 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     The shape-only checks run here (InputError now); a NaN or +inf logit raises the same InputError as prepare()
     would, from check() / results() after the launch."""
     named = DRAFT_TOPK.bind(*args, **kwargs)
-    x = device_only("logits", named["logits"])
-    checked = DRAFT_TOPK.validate_shapes(x.info(), named["K"])
-    st, launch, collect, flag = _setup(spec, x.lib, named["logits"], x, checked.dims, checked.args["K"], flag=True)
+    lib, like, dev, infos = device_call(DRAFT_TOPK, named)
+    checked = DRAFT_TOPK.validate_shapes(**infos)
+    st, launch, collect, flag = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=True)
 
     def revalidate():  # raises the named error, with the first bad index
-        DRAFT_TOPK.validate(x.host(), named["K"])
+        DRAFT_TOPK.validate(**host_copies(DRAFT_TOPK, named))
 
     return Deferred(st, launch, collect, flag, revalidate, "draft_topk")
 
