@@ -89,6 +89,7 @@ template <class ForEach>
 __device__ __forceinline__ bool thread_may_reach(const ForEach&, u64) {
   return true;
 }
+#if DT_REGISTER_LOOKS
 __device__ __forceinline__ u64 thread_best_key(const RegisterKeys& r) {
   uint32_t best = r.ord[0];
   int at = 0;
@@ -106,6 +107,7 @@ __device__ __forceinline__ bool thread_may_reach(const RegisterKeys& r, u64 boun
   for (int j = 0; j < DT_ITEMS; ++j) any |= r.ord[j] >= hi;
   return any;
 }
+#endif
 
 template <class T>
 struct LogitKeys {  // a row's logits [0, n), read from global memory at each visit
@@ -263,13 +265,7 @@ __device__ bool prefilter_select(SelectShared& sh, int take, ForEach for_each_ke
   const int j = (take + kWarps - 1) / kWarps;
   if (j > 32) return false;
   const int lane = threadIdx.x & 31;
-#if DT_REGISTER_LOOKS
   const u64 wb = warp_jth_largest(thread_best_key(for_each_key), j);
-#else
-  u64 best = DT_NO_KEY;
-  for_each_key([&](u64 key) { best = key > best ? key : best; });
-  const u64 wb = warp_jth_largest(best, j);
-#endif
   if (lane == 0) sh.bound[threadIdx.x >> 5] = wb;
   if (threadIdx.x == 0) sh.ncand = 0;
   __syncthreads();
