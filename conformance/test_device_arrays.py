@@ -1,5 +1,5 @@
 """The CUDA wrappers take device arrays (cupy, torch) and answer in kind (TB.4.4, TA.4.3, TV.3.6, DT.4.4), and the
-capturable paths check values on the device (TB.4.5, TA.4.4, DT.4.5)."""
+capturable paths check values on the device (TB.4.5, TA.4.4, TV.3.7, DT.4.5)."""
 
 from __future__ import annotations
 
@@ -336,6 +336,90 @@ def test_tree_verify_device_arrays(impl, lib_name, dtype):
     bad_vis = bad if lib_name == "torch" else to_dev(lib, lib_name, bad)
     with pytest.raises(InputError, match="visibility: request 0 row 1 does not see the root"):
         run(impl, case.with_args(**{**arrays, "visibility": bad_vis}))
+
+
+def _verify_case(Q_words=1):
+    """Two requests, fp32, page size 16, 8 heads: request 0 a 1,500-key prefix (two splits by the header's rule, so
+    the combine and the partial slots run) under a chain of Q nodes, request 1 a 3-key prefix under a binary tree of
+    Q nodes; Q = 6, or 40 (two visibility words) with Q_words=2."""
+    Q = 6 if Q_words == 1 else 40
+    chain = np.arange(-1, Q - 1, dtype=np.int32)
+    heap = np.array([-1, *((i - 1) // 2 for i in range(1, Q))], np.int32)
+    return hh.paged_case(np.random.default_rng(31), np.float32, [chain, heap], [1500, 3], 16, 8)
+
+
+def _vis_not_closure(a):  # chain row 4 loses its grandparent 2: not its parent's row plus itself
+    a["visibility"][0, 4, 0] &= ~np.uint32(1 << 2)
+
+
+# One bad value per check of TV.1.2-TV.1.3 the device makes: (what to change, the contract's error); max_context
+# 4,096 unless the change sets it.
+TV_DEFERRED_BAD = {
+    "negative_prefix": (lambda a: a["prefix_lens"].__setitem__(1, -2), r"prefix_lens: .*negative"),
+    "context": (lambda a: a["prefix_lens"].__setitem__(1, 262_144 - 2), r"prefix_lens: request 1: .*context limit"),
+    "past_max_context": (lambda a: a.__setitem__("max_context", 1200), r"prefix_lens: request 0: .* max_context 1200"),
+    "table_short": (lambda a: a["prefix_lens"].__setitem__(1, 1700), r"block_table: request 1 needs \d+ pages"),
+    "page_index": (
+        lambda a: a["block_table"].__setitem__((0, 7), a["kv_cache"].shape[0]),
+        r"block_table: \[0, 7\] = \d+ is not a page index",
+    ),
+    "negative_page": (lambda a: a["block_table"].__setitem__((1, 0), -1), r"block_table: \[1, 0\] = -1 is not"),
+    "vis_root": (lambda a: a["visibility"].__setitem__((0, 1, 0), 2), r"visibility: request 0 row 1 does not see the"),
+    "vis_self": (lambda a: a["visibility"].__setitem__((1, 3, 0), 0b11), r"visibility: request 1 row 3 does not se"),
+    "vis_later": (lambda a: a["visibility"].__setitem__((1, 2, 0), 0b1101), r"visibility: request 1 row 2 sees a lat"),
+    "vis_not_closure": (_vis_not_closure, r"visibility: request 0 row 4 is not its parent's row plus itself"),
+}
+
+
+@pytest.mark.spec("TV.3.7")
+@pytest.mark.parametrize("split_chunk", [None, 64])
+@pytest.mark.parametrize("bad", [None, "wide", *TV_DEFERRED_BAD])
+def test_tree_verify_deferred_checks(impl, bad, split_chunk):
+    """The deferred path: a captured launch, planned on the device for a stated max_context, gives the checked call's
+    bits; a bad value gets its named error when the results are read, and a request longer than max_context one
+    naming it."""
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_verify")
+    if bad not in (None, "wide") and split_chunk is not None:
+        pytest.skip("the checks do not depend on the plan")
+    cp = _lib(impl, "cupy")
+    case = _verify_case(Q_words=2 if bad == "wide" else 1)
+    args = {**case.args, "max_context": 4096}
+    message = None
+    if bad in TV_DEFERRED_BAD:
+        change, message = TV_DEFERRED_BAD[bad]
+        change(args)
+        if bad != "past_max_context":  # the host-checked call names the same error
+            with pytest.raises(InputError, match=message):
+                ops.prepare("tree_verify", variant, **{k: v for k, v in args.items() if k != "max_context"}).finish()
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    p = ops.prepare_deferred("tree_verify", variant, **dev, split_chunk=split_chunk)
+    got = _captured_results(p, message)
+    if got is None:
+        return
+    want = ops.function("tree_verify", variant, split_chunk=split_chunk)(**case.args)
+    for name in ("out", "lse"):
+        assert_bit_exact(to_host("cupy", getattr(got, name)), getattr(want, name), what=name, spec_id="TV.3.7")
+
+
+@pytest.mark.spec("TV.3.7")
+def test_tree_verify_deferred_checks_shapes_on_the_host(impl):
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_verify")
+    cp = _lib(impl, "cupy")
+    args = _verify_case().args
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    with pytest.raises(InputError, match="prefix_lens: deferred checks take device arrays"):
+        ops.prepare_deferred("tree_verify", variant, **{**dev, "prefix_lens": args["prefix_lens"]}, max_context=4096)
+    with pytest.raises(InputError, match=r"max_context: 5 is outside 6\.\.262144"):
+        ops.prepare_deferred("tree_verify", variant, **dev, max_context=5)
+    with pytest.raises(InputError, match=r"softmax_scale"):
+        ops.prepare_deferred("tree_verify", variant, **{**dev, "softmax_scale": -1.0}, max_context=4096)
+    with pytest.raises(InputError, match=r"visibility: shape \(2, 6, 2\)"):
+        vis = cp.zeros((2, 6, 2), cp.uint32)
+        ops.prepare_deferred("tree_verify", variant, **{**dev, "visibility": vis}, max_context=4096)
 
 
 @pytest.mark.spec("DT.4.4")

@@ -22,9 +22,14 @@ class Verified(tuple):
     lse = property(lambda self: self[1])
 
 
+def _check_shapes(a: dict, dims: dict) -> None:
+    """What the cache's shape alone must meet (validate_shapes(): the deferred path, TV.3.7)."""
+    paged.check_cache_shape(a["kv_cache"].shape)
+
+
 def _check_values(a: dict, dims: dict) -> None:
     pre = a["prefix_lens"]
-    paged.check_cache_shape(a["kv_cache"].shape)
+    _check_shapes(a, dims)
     c.non_negative("prefix_lens", pre, "length")
     paged.check_context(pre, dims["Q"], "tree rows")
     paged.check_pages(a["kv_cache"].shape, a["block_table"], pre, dims["Q"])
@@ -69,6 +74,7 @@ CONTRACT = OpContract(
     ),
     result=Verified,
     check_values=_check_values,
+    check_shapes=_check_shapes,
     bounds=(
         Bound("kv_cache.cache_rows", "kv_cache", "cache_rows", "TV.1.1"),
         Bound("prefix_lens.at_least_0", "prefix_lens", "at_least", "TV.1.2", value=0),

@@ -218,10 +218,31 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "for (int k = 0; k < n; ++k)\n"
         "      rank += (sh.cand[k] >> 32) > (c >> 32) || ((sh.cand[k] >> 32) == (c >> 32) && k < i);",
     ),
+    "k_dt_looks_skip_at_bound": (  # the register look skips a warp whose best logit equals the bound's: the bound's
+        "draft_topk",  # own key (and its ties) never gathered, fewer than K candidates ranked
+        "for (int j = 0; j < DT_ITEMS; ++j) any |= r.ord[j] >= hi;",
+        "for (int j = 0; j < DT_ITEMS; ++j) any |= r.ord[j] > hi;",
+    ),
     "k_dt_prefilter_no_fallback": (  # past DT_CAND_CAP candidates, the first DT_CAND_CAP gathered are ranked
         "draft_topk",
         "  const int n = sh.ncand;\n  if (n > DT_CAND_CAP) return false;",
         "  const int n = min(sh.ncand, DT_CAND_CAP);",
+    ),
+    # tree_verify's deferred plan (TV.3.7): the chunk, the pages, the closure
+    "k_tv_plan_chunk_from_max_context": (  # every request planned as if it were max_context long: other splits
+        "tree_verify",
+        "tv::default_split_chunk(P_ok + Q, static_cast<long long>(Q) * H,",
+        "tv::default_split_chunk(max_keys, static_cast<long long>(Q) * H,",
+    ),
+    "k_tv_plan_misses_page_range": (  # a page index past the cache let through (the attention then reads past it)
+        "tree_verify",
+        "bad |= bt[j] < 0 || bt[j] >= num_pages;",
+        "bad |= bt[j] < 0;",
+    ),
+    "k_tv_plan_skips_closure": (  # a row's bits never compared with its parent's
+        "tree_verify",
+        "for (int w = 0; w < W && !bad; ++w) {",
+        "for (int w = 0; w < 0 && !bad; ++w) {",
     ),
     # tree_verify: the mask, the paging, the online softmax, the lse and the split-KV combine
     "k_tv_mask_transposed": ("tree_verify", "tree_bit(vis_b, W, qi, p - P)", "tree_bit(vis_b, W, p - P, qi)"),

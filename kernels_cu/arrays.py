@@ -219,8 +219,8 @@ class Prepared:
 
 
 class Deferred(Prepared):
-    """A prepared call whose value checks run on the device (TB.4.5, TA.4.4, DT.4.5): `launch()` enqueues the reset
-    of the error flag at device address `flag`, the check and the op (no host work: capturable); `check()` reads
+    """A prepared call whose value checks run on the device (TB.4.5, TA.4.4, TV.3.7, DT.4.5): `launch()` enqueues the
+    reset of the error flag at device address `flag`, the check and the op (no host work: capturable); `check()` reads
     the flag and, when it is set, calls `revalidate()` (the contract's validate() on host copies: it raises the
     named error); `results()` and `finish()` check first."""
 

@@ -45,7 +45,7 @@ def launches(spec: specs.KernelSpec, block_limit: int) -> dict[str, tuple[int, i
 
 
 def prepare_deferred(slug: str, variant: str, *args, **kwargs):
-    """A call on device-resident inputs with the value checks on the device (tree_build, tree_accept and
-    draft_topk, specs TB.4.5, TA.4.4 and DT.4.5):
+    """A call on device-resident inputs with the value checks on the device (tree_build, tree_accept, tree_verify
+    and draft_topk, specs TB.4.5, TA.4.4, TV.3.7 and DT.4.5; tree_verify also takes max_context):
     `.launch()` is capturable, `.check()` raises the contract's error when the device check failed."""
     return _module(slug).prepare_deferred(specs.get(slug, variant), *args, **kwargs)

@@ -184,7 +184,12 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_verify_bf16_kernel",
         "tree_verify_geometry_kernel",
         256,  # tv::kThreads in tree_verify.cuh (the wrapper launches with the header's value)
-        extra_entries=("tree_verify_f32_kernel", "tree_verify_combine_bf16_kernel", "tree_verify_combine_f32_kernel"),
+        extra_entries=(
+            "tree_verify_f32_kernel",
+            "tree_verify_combine_bf16_kernel",
+            "tree_verify_combine_f32_kernel",
+            "tree_verify_plan_kernel",
+        ),
         knobs=("split_chunk",),
     ),
     KernelSpec(
@@ -211,7 +216,7 @@ SPECS: tuple[KernelSpec, ...] = (
             "draft_topk_row_bf16",
             "draft_topk_geometry",
             256,  # DT_THREADS in draft_topk.cuh (the wrapper launches with the header's value)
-            defines=(("DT_PREFILTER", prefilter),),
+            defines=(("DT_PREFILTER", prefilter), *more),
             extra_entries=(
                 "draft_topk_row_f16",
                 "draft_topk_row_f32",
@@ -222,12 +227,13 @@ SPECS: tuple[KernelSpec, ...] = (
             ),
             default=default,
         )
-        for variant, prefilter, default, description in (
+        for variant, prefilter, more, default, description in (
             (
                 "radix",
                 "0",
-                True,  # certified on an H100 at 38b0d82 (reports/h100/2026-12-06); the default build's SASS since
-                "one pass over the logits per split of 4,096 tokens: each token a distinct 64-bit key "
+                (),
+                True,  # certified on an H100 at 38b0d82 (reports/h100/2026-12-06)
+                "one pass over the logits per split of 4,096 tokens (16-byte loads): each token a distinct 64-bit key "
                 "(order-preserving logit bits above the complement of its id), the K largest by 8-bit radix passes "
                 "over keys held in registers, the block's (max, Σ exp) in fp32; a merge kernel takes the row's K "
                 "among the splits' candidates (the same passes), joins the splits' sums in double and sorts the K "
@@ -236,11 +242,19 @@ SPECS: tuple[KernelSpec, ...] = (
             (
                 "prefilter",
                 "1",
-                True,  # certified with radix (the same run); lab/sass_identity.py --before 38b0d82: identical
+                (),
+                True,  # certified with radix (the same run)
                 "radix's splits and keys, with the selection made on the few keys above a bound found without the "
-                "passes (each warp's ceil(K/8)-th best thread maximum: at least K keys lie above their minimum), "
-                "ranked by counting in shared memory, sorted as they are ranked; the radix passes where more than "
-                "512 keys pass the bound",
+                "passes (each warp's ceil(K/8)-th best thread maximum: at least K keys lie above their minimum, "
+                "looked for on the 32-bit logit order in registers), ranked by counting in shared memory, sorted as "
+                "they are ranked; the radix passes where more than 512 keys pass the bound",
+            ),
+            (
+                "prefilter_lb4",
+                "1",
+                (("DT_SPLIT_MIN_BLOCKS", "4"),),
+                False,  # prefilter's twin at 4 split blocks per SM: certified beside it until one is timed the faster
+                "prefilter with its split kernels held to 64 registers, 4 blocks per SM",
             ),
         )
     ),

@@ -666,6 +666,60 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
   tree_verify_combine<float>(part_o, part_lse, split_chunk, split_off, prefix_lens, Q, H, out, lse);
 }
 
+// The deferred path (spec TV.3.7, kernels_cu/tree_verify_ops.py prepare_deferred): TV.1.2 and TV.1.3 checked on the
+// device and the split plan made from the device lengths, so that a call needs no host work at launch (capturable).
+// One CTA of tv::kThreads per request. A request the checks refuse sets *flag (the host names the error from
+// its own copies when the results are read; they are never returned) and is planned as if its prefix were empty: its
+// length 0 and its pages 0 in the copies the attention kernels read instead of the caller's (`lens`, `table`: its
+// rows, then `pad` zeros past the last row for a refused request whose Q rows outgrow max_pages), so the launch stays
+// in bounds on any values. A request that passes gets its own length, pages and the host plan's chunk (the header's
+// rule on its own length), so its bits are the checked call's. Its partial slots start at b * most (most:
+// tv::max_splits of the stated maximum, which no request past the check exceeds).
+extern "C" __global__ void __launch_bounds__(tv::kThreads) tree_verify_plan_kernel(
+    const int* __restrict__ prefix_lens, const int* __restrict__ block_table, const uint32_t* __restrict__ visibility,
+    int Q, int H, int page_size, int max_pages, long long num_pages, long long max_keys, int variant,
+    long long forced_chunk, long long budget, long long most, int pad, int* __restrict__ lens, int* __restrict__ table,
+    long long* __restrict__ split_chunk, long long* __restrict__ split_off, unsigned* __restrict__ flag) {
+  const int b = blockIdx.x, tid = threadIdx.x, W = (Q + 31) >> 5;
+  const long long P = prefix_lens[b], n_keys = P + Q;
+  const long long need = (n_keys + page_size - 1) / page_size;
+  const int* bt = block_table + static_cast<size_t>(b) * max_pages;
+  bool bad = P < 0 || n_keys > max_keys || need > max_pages;  // TV.1.2 (max_keys <= the contract's context limit)
+  if (!bad)
+    for (long long j = tid; j < need; j += blockDim.x) bad |= bt[j] < 0 || bt[j] >= num_pages;
+  // TV.1.3: row i is its parent's row plus bit i, the parent its highest other bit; it sees the root and nothing later
+  const uint32_t* vis = visibility + static_cast<size_t>(b) * Q * W;
+  for (int i = tid; i < Q; i += blockDim.x) {
+    const uint32_t* row = vis + static_cast<size_t>(i) * W;
+    int parent = -1;
+    for (int w = 0; w < W; ++w) {
+      const uint32_t own = (w == (i >> 5)) ? 1u << (i & 31) : 0u;
+      const uint32_t later = w < (i >> 5) ? 0u : (w == (i >> 5) ? ~((own << 1) - 1u) : ~0u);
+      bad |= (row[w] & later) != 0 || (own && !(row[w] & own));
+      const uint32_t others = row[w] & ~own;
+      if (others) parent = 32 * w + 31 - __clz(others);
+    }
+    bad |= !(row[0] & 1u);
+    for (int w = 0; w < W && !bad; ++w) {
+      const uint32_t own = (w == (i >> 5)) ? 1u << (i & 31) : 0u;
+      const uint32_t want = (parent < 0 ? 0u : vis[static_cast<size_t>(parent) * W + w]) | own;
+      bad |= row[w] != want;
+    }
+  }
+  bad = __syncthreads_or(bad);
+  if (bad && tid == 0) atomicOr(flag, 1u);
+  const long long P_ok = bad ? 0 : P;
+  for (int j = tid; j < max_pages; j += blockDim.x) table[static_cast<size_t>(b) * max_pages + j] = bad ? 0 : bt[j];
+  if (b == gridDim.x - 1)
+    for (int j = tid; j < pad; j += blockDim.x) table[static_cast<size_t>(gridDim.x) * max_pages + j] = 0;
+  if (tid == 0) {
+    lens[b] = static_cast<int>(P_ok);
+    split_chunk[b] = forced_chunk > 0 ? forced_chunk : tv::default_split_chunk(P_ok + Q, static_cast<long long>(Q) * H,
+                                                                              variant, budget);
+    split_off[b] = static_cast<long long>(b) * most;
+  }
+}
+
 // The geometry functions evaluated on the device, for the test that the host library (kernels_cu/geometry.py)
 // and NVRTC read the header alike: per argument set (n_keys, rows, variant, chunk), tv::kGeometryFields values
 // at a stride of tv::kGeometryStride, for this build's budget.

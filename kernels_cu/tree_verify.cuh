@@ -140,10 +140,15 @@ TV_HD constexpr long long row_tiles(long long rows, int v, long long budget = kU
   return ceil_div(rows, rows_per_cta(v, budget));
 }
 
-TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, int v, long long budget = kUnbounded) {
+// The splits the default rule aims at for a request (never fewer as the request grows).
+TV_HD constexpr long long default_splits(long long n_keys, long long rows, int v, long long budget = kUnbounded) {
   const long long want = ceil_div(kTargetCtas, row_tiles(rows, v, budget));  // splits wanted for this request
   const long long most = n_keys / kMinChunk;                                   // splits of at least kMinChunk keys
-  const long long n = want < most ? want : (most > 1 ? most : 1);
+  return want < most ? want : (most > 1 ? most : 1);
+}
+
+TV_HD constexpr long long default_split_chunk(long long n_keys, long long rows, int v, long long budget = kUnbounded) {
+  const long long n = default_splits(n_keys, rows, v, budget);
   const long long bn = keys_per_block(v, budget);
   return ceil_div(ceil_div(n_keys, n), bn) * bn;  // whole key blocks
 }
@@ -153,13 +158,22 @@ TV_HD constexpr long long n_splits(long long n_keys, long long chunk) { return c
 
 TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows, kCombineRows); }
 
+// The most splits of any request with at most `max_keys` keys (a deferred call's grid and partial slots, planned
+// before the lengths are known: kernels_cu/tree_verify_ops.py prepare_deferred). With an explicit chunk, the longest
+// request's; by the default rule, the splits aimed at for the longest, which rounding chunks up to whole key blocks
+// only lowers, and which never fall as a request grows.
+TV_HD constexpr long long max_splits(long long max_keys, long long rows, int v, long long chunk,
+                                     long long budget = kUnbounded) {
+  return chunk > 0 ? n_splits(max_keys, chunk) : default_splits(max_keys, rows, v, budget);
+}
+
 // Everything a launcher needs for one request, in one call: the values below, in this order, with these
 // names (kernels_cu/geometry.py reads the names from here too). chunk <= 0 means the default rule; budget is
 // the build's shared-memory budget (kernel_smem_budget), which picks the portable tile.
 #define TV_GEOMETRY_FIELDS                                                                                   \
   "variant_bf16 variant_f32 threads block_n combine_threads combine_rows m_tile kv_stages smem_bytes "       \
-  "row_tiles split_chunk n_splits combine_blocks variant_sm90a prefetch"
-constexpr int kGeometryFields = 15;
+  "row_tiles split_chunk n_splits combine_blocks variant_sm90a prefetch max_splits"
+constexpr int kGeometryFields = 16;
 constexpr int kGeometryStride = 16;  // values per argument set in the device query kernel's output
 
 TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long long chunk, long long* out,
@@ -181,6 +195,7 @@ TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long 
   out[12] = combine_blocks(rows);
   out[13] = kSm90a;
   out[14] = v == kSm90a ? 0 : t.prefetch;
+  out[15] = max_splits(n_keys, rows, v, chunk, budget);
 }
 
 }  // namespace tv

@@ -22,13 +22,27 @@ from contract import BF16, TREE_VERIFY, InputError, Verified, limits
 from contract.checks import integer
 
 from . import geometry, runtime, specs
-from .arrays import Prepared, Staging, call_args, check_aligned, launch_kernel, run, split_args
+from .arrays import (
+    Deferred,
+    Prepared,
+    Staging,
+    call_args,
+    check,
+    check_aligned,
+    device_call,
+    driver,
+    host_copies,
+    launch_kernel,
+    run,
+    split_args,
+)
 from .specs import KernelSpec
 
 _ENTRIES = {"bf16": ("tree_verify_bf16_kernel", "tree_verify_combine_bf16_kernel"),
             "fp32": ("tree_verify_f32_kernel", "tree_verify_combine_f32_kernel"),
             "sm90a": ("tree_verify_sm90a_kernel", "tree_verify_combine_bf16_kernel")}  # fmt: skip
 PORTABLE = "portable"
+PLAN_ENTRY = "tree_verify_plan_kernel"  # the deferred path's checks and split plan (portable's build)
 SM90A = "sm90a"
 # Which spec served the calls of which spec, per input kind, since the last take_served() (the conformance
 # report lists it, so a case that fell back from sm90a to portable says so).
@@ -114,6 +128,8 @@ def launches(spec: KernelSpec, block_limit: int) -> dict[str, tuple[int, int]]:
     block_limit (geometry.smem_budget): the attention kernel of each dtype path (one tile for every shape), the
     combine kernels, the geometry query."""
     out = {spec.geometry: (GEOMETRY_THREADS, 0)}
+    if PLAN_ENTRY in spec.entries:
+        out[PLAN_ENTRY] = (spec.block, 0)
     for name, (attention, combine) in _ENTRIES.items():
         g = geometry.tree_verify(1, 1, geometry.tree_verify_variant(name), budget=block_limit)
         if attention in spec.entries:
@@ -153,78 +169,149 @@ def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_c
     return chunk, first, slots, most
 
 
+class _Call:
+    """What the checked and the deferred calls share, once their arguments passed the contract's checks (all of
+    them, or validate_shapes()): the spec that serves the call, its kernel and build budget, the geometry, the
+    staging of inputs and outputs, and the attention and combine launches."""
+
+    def __init__(self, spec: KernelSpec, lib, like, dev: dict, checked):
+        d = checked.dims
+        check_aligned("q", dev["q"], "the kernel copies 16-byte vectors")
+        check_aligned("kv_cache", dev["kv_cache"], "the kernel copies 16-byte vectors")
+        if lib == "cupy" and d["T"] == BF16:
+            raise InputError("q: cupy has no bfloat16 arrays; pass bf16 inputs as torch tensors or numpy arrays")
+        self.lib, self.like, self.dev, self.dims = lib, like, dev, d
+        self.bs, self.Q, self.H = d["bs"], d["Q"], d["H"]
+        self.softmax_scale = checked.args["softmax_scale"]
+        name = "bf16" if d["T"] == BF16 else "fp32"
+        requested, self.spec = spec, served_by(spec, name, d["page_size"])
+        _SERVED[(requested.name, self.spec.name, name, d["page_size"])] += 1
+        self.name = SM90A if self.spec.variant == SM90A else name
+        self.budget = budget(self.spec)
+        self.geo = geometry.tree_verify(1, self.Q * self.H, geometry.tree_verify_variant(self.name), budget=self.budget)
+        # one combine kernel (and one plan kernel) for both: portable's
+        self.portable = specs.get(self.spec.slug, PORTABLE) if self.name == SM90A else self.spec
+
+    def check_plan(self, split_chunk, slots: int, most: int) -> None:
+        """The plan's grid and partial outputs within bounds (InputError naming split_chunk otherwise)."""
+        if most > MAX_GRID_Y:
+            raise InputError(f"split_chunk: {split_chunk} keys per split gives {most} splits, more than {MAX_GRID_Y}")
+        QH = self.Q * self.H
+        if slots * QH * (limits.LATENT + 1) * 4 > MAX_PARTIAL_BYTES:
+            raise InputError(f"split_chunk: {split_chunk} keys per split needs {slots} partial outputs of {QH} rows, "
+                             f"more than {MAX_PARTIAL_BYTES} bytes")  # fmt: skip
+
+    def stage(self, slots: int, most: int, plan_buffers) -> tuple:
+        """Inputs, outputs and scratch on the device; plan_buffers(staging) -> {"chunk", "first"} device pointers,
+        and "lens", "table" where the attention reads copies of prefix_lens and block_table. Returns (staging,
+        launch of the attention and combine kernels, {input: device pointer}, out, lse)."""
+        d, QH = self.dims, self.Q * self.H
+        st = Staging(self.lib, self.like)
+        try:
+            st.sync_before()
+            ins = {k: st.input(self.dev[k]) for k in ("q", "kv_cache", "block_table", "prefix_lens", "visibility")}
+            plan = plan_buffers(st)
+            kv = ins["kv_cache"]
+            if self.name == SM90A:  # the kernel reads the cache through its TMA descriptor
+                kv = st.input(kv_tensor_map(kv, d["num_pages"], d["page_size"]))
+            out = st.output((self.bs, self.Q, self.H, limits.LATENT), d["T"])
+            lse = st.output((self.bs, self.Q, self.H), np.float32)
+            part_o = st.scratch(slots * QH * limits.LATENT * 4)
+            part_lse = st.scratch(slots * QH * 4)
+        except BaseException:
+            st.close()
+            raise
+        lens, table = plan.get("lens", ins["prefix_lens"]), plan.get("table", ins["block_table"])
+        attention, combine = _ENTRIES[self.name]
+        args = (ins["q"], kv, table, lens, ins["visibility"], np.float32(self.softmax_scale), np.int32(self.Q),
+                np.int32(self.H), np.int32(d["page_size"]), np.int32(d["max_pages"]), plan["chunk"], plan["first"],
+                out[1], lse[1], part_o, part_lse)  # fmt: skip
+        combine_args = (part_o, part_lse, plan["chunk"], plan["first"], lens, np.int32(self.Q), np.int32(self.H),
+                        out[1], lse[1])  # fmt: skip
+        geo, spec, portable, bs = self.geo, self.spec, self.portable, self.bs
+
+        def launch():
+            launch_kernel(spec, (geo["row_tiles"], most, bs), geo["smem_bytes"], *args, entry=attention,
+                          block=geo["threads"])  # fmt: skip
+            if slots:
+                blocks = (geo["combine_blocks"], bs, 1)
+                launch_kernel(portable, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
+
+        return st, launch, ins, out[0], lse[0]
+
+
+def _forced_chunk(split_chunk):
+    return None if split_chunk is None else integer("split_chunk", split_chunk, 1, limits.MAX_CONTEXT)
+
+
 def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     """Validate a tree_verify call (the contract's signature) and set it up on the device for `spec`;
     `split_chunk` forces the keys per split (a tuning knob of this variant). `launch()` enqueues the
     attention kernel and, when a request is split, the combine kernel (what a benchmark times)."""
     lib, like, host, dev = split_args(TREE_VERIFY, TREE_VERIFY.bind(*args, **kwargs))
     checked = TREE_VERIFY.validate(**host)
-    a, d = checked.args, checked.dims
-    if split_chunk is not None:
-        split_chunk = integer("split_chunk", split_chunk, 1, limits.MAX_CONTEXT)
-    check_aligned("q", dev["q"], "the kernel copies 16-byte vectors")
-    check_aligned("kv_cache", dev["kv_cache"], "the kernel copies 16-byte vectors")
-    bs, Q, H = d["bs"], d["Q"], d["H"]
-    dtype = d["T"]
-    if lib == "cupy" and dtype == BF16:
-        raise InputError("q: cupy has no bfloat16 arrays; pass bf16 inputs as torch tensors or numpy arrays")
-    name = "bf16" if dtype == BF16 else "fp32"
-    requested, spec = spec, served_by(spec, name, d["page_size"])
-    _SERVED[(requested.name, spec.name, name, d["page_size"])] += 1
-    if spec.variant == SM90A:
-        name = SM90A
-    smem_budget = budget(spec)
-    geo = geometry.tree_verify(1, Q * H, geometry.tree_verify_variant(name), budget=smem_budget)
-    chunk, first, slots, most = split_plan(a["prefix_lens"], Q, H, name, split_chunk, budget=smem_budget)
-    if most > MAX_GRID_Y:
-        raise InputError(f"split_chunk: {split_chunk} keys per split gives {most} splits, more than {MAX_GRID_Y}")
-    QH = Q * H
-    if slots * QH * (limits.LATENT + 1) * 4 > MAX_PARTIAL_BYTES:
-        raise InputError(f"split_chunk: {split_chunk} keys per split needs {slots} partial outputs of {QH} rows, "
-                         f"more than {MAX_PARTIAL_BYTES} bytes")  # fmt: skip
-    st = Staging(lib, like)
-    try:
-        st.sync_before()
-        ins = [st.input(dev[k]) for k in ("q", "kv_cache", "block_table", "prefix_lens", "visibility")]
-        if name == SM90A:  # the kernel reads the cache through its TMA descriptor
-            ins[1] = st.input(kv_tensor_map(ins[1], d["num_pages"], d["page_size"]))
-        chunk_ptr, first_ptr = st.input(chunk), st.input(first)
-        out = st.output((bs, Q, H, limits.LATENT), dtype)
-        lse = st.output((bs, Q, H), np.float32)
-        part_o = st.scratch(slots * QH * limits.LATENT * 4)
-        part_lse = st.scratch(slots * QH * 4)
-    except BaseException:
-        st.close()
-        raise
-    attention, combine = _ENTRIES[name]
-    args = (
-        *ins,
-        np.float32(a["softmax_scale"]),
-        np.int32(Q),
-        np.int32(H),
-        np.int32(d["page_size"]),
-        np.int32(d["max_pages"]),
-        chunk_ptr,
-        first_ptr,
-        out[1],
-        lse[1],
-        part_o,
-        part_lse,
-    )
-    grid = (geo["row_tiles"], most, bs)
-    combine_args = (part_o, part_lse, chunk_ptr, first_ptr, ins[3], np.int32(Q), np.int32(H), out[1], lse[1])
+    split_chunk = _forced_chunk(split_chunk)
+    call = _Call(spec, lib, like, dev, checked)
+    chunk, first, slots, most = split_plan(checked.args["prefix_lens"], call.Q, call.H, call.name, split_chunk,
+                                           budget=call.budget)  # fmt: skip
+    call.check_plan(split_chunk, slots, most)
+    st, launch, _, out, lse = call.stage(slots, most, lambda st: {"chunk": st.input(chunk), "first": st.input(first)})
+    prepared = Prepared(st, launch, lambda: Verified(st.result(out), st.result(lse)))
+    prepared.served_by = call.spec.name
+    return prepared
 
-    combine_spec = specs.get(spec.slug, PORTABLE) if name == SM90A else spec  # one combine kernel for both
+
+def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, **kwargs) -> Deferred:
+    """Set up a tree_verify call on device-resident inputs (cupy, torch) with the value checks and the split plan on
+    the device (spec TV.3.7), for requests of at most `max_context` keys (prefix_len + Q: the grid and the partial
+    outputs are sized for it). The shape-only checks run here (InputError now); a bad value, or a request longer
+    than max_context, raises the same InputError as prepare() would (or one naming max_context) from check() /
+    results() after the launch. The launch (tree_verify_plan_kernel, the attention kernel, the combine kernel) is
+    capturable; good inputs give prepare()'s bits."""
+    named = TREE_VERIFY.bind(*args, **kwargs)
+    lib, like, dev, infos = device_call(TREE_VERIFY, named)
+    checked = TREE_VERIFY.validate_shapes(**infos)
+    split_chunk = _forced_chunk(split_chunk)
+    call = _Call(spec, lib, like, dev, checked)
+    d, bs, Q = checked.dims, call.bs, call.Q
+    max_context = integer("max_context", max_context, Q, limits.MAX_CONTEXT)
+    var = geometry.tree_verify_variant(call.name)
+    most = geometry.tree_verify(max_context, Q * call.H, var, split_chunk or 0, budget=call.budget)["max_splits"]
+    slots = bs * most if most > 1 else 0
+    call.check_plan(split_chunk, slots, most)
+    max_pages = d["max_pages"]
+    pad = max(0, -(-Q // d["page_size"]) - max_pages)  # a refused request's tree rows, planned at length 0
+    plan: dict = {}
+
+    def plan_buffers(st):
+        plan.update(chunk=st.scratch(8 * bs), first=st.scratch(8 * bs), lens=st.scratch(4 * bs),
+                    table=st.scratch(4 * (bs * max_pages + pad)), flag=st.scratch(4))  # fmt: skip
+        return plan
+
+    st, attend, ins, out, lse = call.stage(slots, most, plan_buffers)
+    plan_args = (ins["prefix_lens"], ins["block_table"], ins["visibility"], np.int32(Q), np.int32(call.H),
+                 np.int32(d["page_size"]), np.int32(max_pages), np.int64(d["num_pages"]), np.int64(max_context),
+                 np.int32(var), np.int64(split_chunk or 0), np.int64(call.budget), np.int64(most), np.int32(pad),
+                 plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
 
     def launch():
-        launch_kernel(spec, grid, geo["smem_bytes"], *args, entry=attention, block=geo["threads"])
-        if slots:
-            blocks = (geo["combine_blocks"], bs, 1)
-            launch_kernel(combine_spec, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
+        check(driver().cuMemsetD32Async(plan["flag"], 0, 1, st.g.stream.handle))
+        launch_kernel(call.portable, bs, 0, *plan_args, entry=PLAN_ENTRY)
+        attend()
 
-    prepared = Prepared(st, launch, lambda: Verified(st.result(out[0]), st.result(lse[0])))
-    prepared.served_by = spec.name
-    return prepared
+    def revalidate():  # raises the named error
+        host = host_copies(TREE_VERIFY, named)
+        TREE_VERIFY.validate(**host)
+        n = host["prefix_lens"].astype(np.int64) + Q
+        if (n > max_context).any():
+            b = int(np.argmax(n > max_context))
+            raise InputError(f"prefix_lens: request {b}: prefix {int(n[b]) - Q} + {Q} tree rows = {int(n[b])} "
+                             f"exceeds max_context {max_context}, the deferred call's stated maximum")  # fmt: skip
+
+    deferred = Deferred(st, launch, lambda: Verified(st.result(out), st.result(lse)), plan["flag"], revalidate,
+                        "tree_verify")  # fmt: skip
+    deferred.served_by = call.spec.name
+    return deferred
 
 
 def bind(spec: KernelSpec, split_chunk=None):
