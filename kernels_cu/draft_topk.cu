@@ -61,16 +61,26 @@ extern __shared__ u64 dyn_keys[];  // the row's K selected keys, padded to a pow
 // Padding: below every real key (the smallest, -inf's, is 0x007fffff'xxxxxxxx), never selected while K <= V.
 #define DT_NO_KEY 0ULL
 
+// A split's tokens in registers: a thread's item j is its (j % VEC)-th token of its (j / VEC)-th run of VEC
+// consecutive tokens, the block's threads' runs side by side, so one warp's load of a run each covers 32 x 16
+// contiguous bytes when VEC is a 16-byte vector of the dtype (DT_VEC_LOADS; VEC 1: token j * DT_THREADS + thread).
+// Within a thread the tokens rise with j, which thread_best_key relies on.
+template <int VEC> __device__ __forceinline__ int split_token(int j) {
+  return (j / VEC) * (DT_THREADS * VEC) + int(threadIdx.x) * VEC + j % VEC;
+}
+template <class T> __device__ __forceinline__ constexpr int vec_of() { return DT_VEC_LOADS ? 16 / int(sizeof(T)) : 1; }
+
 // Where a block's keys come from, each thread its own (every thread visits the same number of keys).
+template <int VEC>
 struct RegisterKeys {  // DT_ITEMS logits per thread (their order-preserving bits) in registers: the split's
-                       // token i = j * DT_THREADS + threadIdx.x, id first_id + i, for i < n
+                       // token i = split_token<VEC>(j), id first_id + i, for i < n
   const uint32_t* ord;
   uint32_t first_id;
   int n;
   template <class F> __device__ __forceinline__ void operator()(F f) const {
 #pragma unroll
     for (int j = 0; j < DT_ITEMS; ++j) {
-      const int i = j * DT_THREADS + threadIdx.x;
+      const int i = split_token<VEC>(j);
       f(i < n ? (u64(ord[j]) << 32) | u64(uint32_t(DT_ID_BITS(first_id + uint32_t(i)))) : DT_NO_KEY);
     }
   }
@@ -78,7 +88,7 @@ struct RegisterKeys {  // DT_ITEMS logits per thread (their order-preserving bit
 // The prefilter's two looks at a block's keys (prefilter_select, with DT_REGISTER_LOOKS): the thread's largest key,
 // and whether any of its keys may be >= a bound. Any visitor answers them by visiting its keys; the split's registers
 // answer on the 32-bit logit order alone (a fraction of the instructions per logit, where most of the split kernel's
-// work is). A design until a GPU run has timed and certified it: off, the kernel is the one certified at 38b0d82.
+// work is): 1.3-1.7x faster than the generic visit from bs 8 on an H100 (lab/draft_topk_dev.py, 2026-12-06).
 template <class ForEach>
 __device__ __forceinline__ u64 thread_best_key(const ForEach& for_each_key) {
   u64 best = DT_NO_KEY;
@@ -90,17 +100,19 @@ __device__ __forceinline__ bool thread_may_reach(const ForEach&, u64) {
   return true;
 }
 #if DT_REGISTER_LOOKS
-__device__ __forceinline__ u64 thread_best_key(const RegisterKeys& r) {
+template <int VEC>
+__device__ __forceinline__ u64 thread_best_key(const RegisterKeys<VEC>& r) {
   uint32_t best = r.ord[0];
   int at = 0;
 #pragma unroll
   for (int j = 1; j < DT_ITEMS; ++j) {  // the first of equal logits has the lower id: the larger key
     if (r.ord[j] > best) { best = r.ord[j]; at = j; }
   }
-  const int i = at * DT_THREADS + threadIdx.x;  // padding (i >= n) holds -inf's order: it wins only a padded thread
+  const int i = split_token<VEC>(at);  // padding (i >= n) holds -inf's order: it wins only a padded thread
   return i < r.n ? (u64(best) << 32) | u64(uint32_t(DT_ID_BITS(r.first_id + uint32_t(i)))) : DT_NO_KEY;
 }
-__device__ __forceinline__ bool thread_may_reach(const RegisterKeys& r, u64 bound) {
+template <int VEC>
+__device__ __forceinline__ bool thread_may_reach(const RegisterKeys<VEC>& r, u64 bound) {
   const uint32_t hi = uint32_t(bound >> 32);  // a key >= bound has its logit order >= the bound's
   bool any = false;
 #pragma unroll
@@ -329,20 +341,38 @@ __device__ __forceinline__ void flag_if(unsigned* flag, bool bad) {
   if (flag != nullptr && bad) atomicOr(flag, 1u);
 }
 
-// One split's n <= draft_topk_chunk() logits into registers (each thread DT_ITEMS, token j * DT_THREADS + thread, the
-// rest -inf), and the block's largest logit m and Σ exp(x - m) (every thread gets both).
+// One split's n <= draft_topk_chunk() logits into registers (each thread DT_ITEMS, its item j token
+// split_token<vec_of<T>()>(j), past n -inf), and the block's largest logit m and Σ exp(x - m) (every thread gets
+// both). A whole split at a 16-byte address is read in 16-byte vectors, any other token by token.
 template <class T>
 __device__ __forceinline__ void load_split(SelectShared& sh, const T* __restrict__ x, int n, uint32_t (&ord)[DT_ITEMS],
                                            float& m, float& s, unsigned* flag) {
+  constexpr int VEC = vec_of<T>();
+  static_assert(DT_ITEMS % VEC == 0, "a thread's items are whole vectors");
+  float v[DT_ITEMS];
+  if (VEC > 1 && n == draft_topk_chunk() && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+#pragma unroll
+    for (int r = 0; r < DT_ITEMS / VEC; ++r) {
+      const uint4 u = *reinterpret_cast<const uint4*>(x + split_token<VEC>(r * VEC));
+      T e[VEC];
+      memcpy(e, &u, sizeof(u));
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[r * VEC + k] = to_float(e[k]);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < DT_ITEMS; ++j) {
+      const int i = split_token<VEC>(j);
+      v[j] = i < n ? to_float(x[i]) : -CUDART_INF_F;
+    }
+  }
   m = -CUDART_INF_F;
   bool bad = false;
 #pragma unroll
   for (int j = 0; j < DT_ITEMS; ++j) {
-    const int i = j * DT_THREADS + threadIdx.x;
-    const float v = i < n ? to_float(x[i]) : -CUDART_INF_F;
-    bad |= is_refused(v);
-    m = fmaxf(m, v);
-    ord[j] = logit_order(v);
+    bad |= is_refused(v[j]);
+    m = fmaxf(m, v[j]);
+    ord[j] = logit_order(v[j]);
   }
   flag_if(flag, bad);
   m = block_max(sh, m);
@@ -417,7 +447,7 @@ __device__ void row_kernel(const T* __restrict__ logits, int V, int K, float* __
     float m, s;
     load_split(sh, x, V, ord, m, s, flag);
     if (threadIdx.x == 0) { s_m = m; s_log_sum = log(double(s)); }
-    select_sorted(sh, K, RegisterKeys{ord, 0u, V}, dyn_keys);
+    select_sorted(sh, K, RegisterKeys<vec_of<T>()>{ord, 0u, V}, dyn_keys);
   } else {
     float m = -CUDART_INF_F;
     bool bad = false;
@@ -452,7 +482,7 @@ __device__ void split_kernel(const T* __restrict__ logits, int V, int K, u64* __
   float m, s;
   load_split(sh, x, n, ord, m, s, flag);
   if (threadIdx.x == 0) ws_lse[row * splits + split] = make_float2(m, s);
-  const RegisterKeys keys{ord, uint32_t(start), n};
+  const RegisterKeys<vec_of<T>()> keys{ord, uint32_t(start), n};
   u64* out = ws_keys + (row * splits + split) * (long long)kept;
   if (DT_PREFILTER && prefilter_select(sh, take, keys, [&](int r, u64 c) { out[r] = c; })) return;
   const u64 t = radix_threshold(sh, take, keys);
@@ -503,10 +533,10 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
   write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
-// The split kernels' residency: DT_SPLIT_MIN_BLOCKS 4 asks for 4 blocks per SM (64 registers, no spill on sm_90), so
-// that more loads are in flight while other blocks select (15-25 % faster than the 3 that ptxas chose from bs 8 on an
-// H100, lab/draft_topk_dev.py, 2026-12-06; sm_120's build would spill at 64: 3 there). 0 (the default until a GPU run
-// certifies the other): no minimum, the build certified at 38b0d82.
+// The split kernels' residency: DT_SPLIT_MIN_BLOCKS 4 asks for 4 blocks per SM (64 registers, no spill on sm_90).
+// With the generic looks it was 15-25 % faster than the 3 blocks ptxas chose from bs 8; with the register looks
+// (the default) it is 20-35 % slower (an H100, lab/draft_topk_dev.py, 2026-12-06), and sm_120's build would spill at
+// 64. 0 (the default): no minimum.
 #ifndef DT_SPLIT_MIN_BLOCKS
 #define DT_SPLIT_MIN_BLOCKS 0
 #endif
@@ -516,8 +546,10 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
 #define DT_SPLIT_BOUNDS __launch_bounds__(DT_THREADS)
 #endif
 
+// The row kernels ask for one block per SM, no more, as the merge does: ptxas's own target held sm_120's vector-load
+// build to 64 registers and spilled.
 #define DT_ENTRIES(NAME, T)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(DT_THREADS) draft_topk_row_##NAME(                            \
+  extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_row_##NAME(                         \
       const T* __restrict__ logits, int V, int K, float* __restrict__ out_logp, int* __restrict__ out_ids,   \
       unsigned* flag) {                                                                                      \
     row_kernel<T>(logits, V, K, out_logp, out_ids, flag);                                                    \

@@ -27,9 +27,16 @@
 #ifndef DT_CAND_CAP
 #define DT_CAND_CAP 512
 #endif
-// The prefilter's looks at a split's registers on the 32-bit logit order (draft_topk.cu): a design, off by default.
+// The prefilter's looks at a split's registers on the 32-bit logit order (draft_topk.cu); 0: every look through the
+// generic 64-bit key visit (the build certified at 38b0d82, kept as a design in lab/draft_topk_dev.py).
 #ifndef DT_REGISTER_LOOKS
-#define DT_REGISTER_LOOKS 0
+#define DT_REGISTER_LOOKS 1
+#endif
+
+// A split's logits read in 16-byte vectors (1) or token by token (0, the build certified at 38b0d82); either way
+// every key and so every result is the same (draft_topk.cu's split_token).
+#ifndef DT_VEC_LOADS
+#define DT_VEC_LOADS 1
 #endif
 
 KERNEL_HD constexpr int draft_topk_threads() { return DT_THREADS; }

@@ -31,17 +31,17 @@ READ_TBPS = 4.45  # the H200's measured read ceiling (perf/bench_ceilings.py), f
 
 
 def designs() -> dict[str, specs.KernelSpec]:
-    """The registered variants and the alternatives kept here: draft_topk.cu's DT_REGISTER_LOOKS (the prefilter's
-    looks at a split's registers on the 32-bit logit order) and DT_SPLIT_MIN_BLOCKS (4 split blocks per SM, 64
-    registers), alone and together, and the candidate cap."""
+    """The registered variants and the alternatives kept here: draft_topk.cu's DT_VEC_LOADS off (token-by-token
+    loads) and DT_REGISTER_LOOKS off with it (the build certified at 38b0d82: `*_38b0d82`), and the candidate cap."""
     radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
+    old = {"DT_VEC_LOADS": "0", "DT_REGISTER_LOOKS": "0"}
     return {
         "radix": radix,
         "prefilter": pre,
-        "radix_lb4": radix.with_defines("radix_lb4", DT_SPLIT_MIN_BLOCKS="4"),
-        "prefilter_lb4": pre.with_defines("prefilter_lb4", DT_SPLIT_MIN_BLOCKS="4"),
-        "prefilter_looks": pre.with_defines("prefilter_looks", DT_REGISTER_LOOKS="1"),
-        "prefilter_looks_lb4": pre.with_defines("prefilter_looks_lb4", DT_REGISTER_LOOKS="1", DT_SPLIT_MIN_BLOCKS="4"),
+        "prefilter_lb4": specs.get("draft_topk", "prefilter_lb4"),
+        "prefilter_scalar": pre.with_defines("prefilter_scalar", DT_VEC_LOADS="0"),
+        "prefilter_38b0d82": pre.with_defines("prefilter_38b0d82", **old),
+        "radix_38b0d82": radix.with_defines("radix_38b0d82", **old),
         "prefilter_cap256": pre.with_defines("prefilter_cap256", DT_CAND_CAP="256"),
     }
 
