@@ -533,10 +533,9 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 1) draft_topk_merge(con
   write_row(dyn_keys, K, s_m, s_log_sum, out_logp + row * K, out_ids + row * K);
 }
 
-// The split kernels' residency: DT_SPLIT_MIN_BLOCKS 4 asks for 4 blocks per SM (64 registers, no spill on sm_90).
-// With the generic looks it was 15-25 % faster than the 3 blocks ptxas chose from bs 8; with the register looks
-// (the default) it is 20-35 % slower (an H100, lab/draft_topk_dev.py, 2026-12-06), and sm_120's build would spill at
-// 64. 0 (the default): no minimum.
+// The split kernels' residency: DT_SPLIT_MIN_BLOCKS 4 (the prefilter spec's) asks for 4 blocks per SM (64 registers,
+// no spill on sm_90 or sm_120), so that more loads are in flight while other blocks select: 5-11 % faster than the 3
+// blocks ptxas picks, from bs 8 (an H100, lab/draft_topk_dev.py, 2026-12-06). 0: no minimum (radix: no faster at 4).
 #ifndef DT_SPLIT_MIN_BLOCKS
 #define DT_SPLIT_MIN_BLOCKS 0
 #endif

@@ -242,19 +242,13 @@ SPECS: tuple[KernelSpec, ...] = (
             (
                 "prefilter",
                 "1",
-                (),
-                True,  # certified with radix (the same run)
+                (("DT_SPLIT_MIN_BLOCKS", "4"),),
+                True,  # certified as prefilter_lb4 with radix on an H100 at 695263b (reports/h100/2026-12-06b)
                 "radix's splits and keys, with the selection made on the few keys above a bound found without the "
                 "passes (each warp's ceil(K/8)-th best thread maximum: at least K keys lie above their minimum, "
                 "looked for on the 32-bit logit order in registers), ranked by counting in shared memory, sorted as "
-                "they are ranked; the radix passes where more than 512 keys pass the bound",
-            ),
-            (
-                "prefilter_lb4",
-                "1",
-                (("DT_SPLIT_MIN_BLOCKS", "4"),),
-                False,  # prefilter's twin at 4 split blocks per SM: certified beside it until one is timed the faster
-                "prefilter with its split kernels held to 64 registers, 4 blocks per SM",
+                "they are ranked; the radix passes where more than 512 keys pass the bound; split kernels at 4 "
+                "blocks per SM (64 registers)",
             ),
         )
     ),

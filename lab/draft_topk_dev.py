@@ -31,14 +31,15 @@ READ_TBPS = 4.45  # the H200's measured read ceiling (perf/bench_ceilings.py), f
 
 
 def designs() -> dict[str, specs.KernelSpec]:
-    """The registered variants and the alternatives kept here: draft_topk.cu's DT_VEC_LOADS off (token-by-token
-    loads) and DT_REGISTER_LOOKS off with it (the build certified at 38b0d82: `*_38b0d82`), and the candidate cap."""
+    """The registered variants and the alternatives kept here: the prefilter's split kernels at the residency ptxas
+    picks (3 blocks per SM) instead of 4, draft_topk.cu's DT_VEC_LOADS off (token-by-token loads) and DT_REGISTER_LOOKS
+    off with it (the builds certified at 38b0d82: `*_38b0d82`), and the candidate cap."""
     radix, pre = specs.get("draft_topk", "radix"), specs.get("draft_topk", "prefilter")
-    old = {"DT_VEC_LOADS": "0", "DT_REGISTER_LOOKS": "0"}
+    old = {"DT_VEC_LOADS": "0", "DT_REGISTER_LOOKS": "0", "DT_SPLIT_MIN_BLOCKS": "0"}
     return {
         "radix": radix,
         "prefilter": pre,
-        "prefilter_lb4": specs.get("draft_topk", "prefilter_lb4"),
+        "prefilter_3_blocks": pre.with_defines("prefilter_3_blocks", DT_SPLIT_MIN_BLOCKS="0"),
         "prefilter_scalar": pre.with_defines("prefilter_scalar", DT_VEC_LOADS="0"),
         "prefilter_38b0d82": pre.with_defines("prefilter_38b0d82", **old),
         "radix_38b0d82": radix.with_defines("radix_38b0d82", **old),
