@@ -5,6 +5,7 @@
   python3 -m lab.tree_verify_dev sanitize     # a few tiny launches of every entry (for compute-sanitizer)
   python3 -m lab.tree_verify_dev time [--json F]    # timing table (CUDA events, graph replay, rotated inputs)
   python3 -m lab.tree_verify_dev versus [--json F]  # sm90a beside portable on a few shapes (bf16, page 64)
+  python3 -m lab.tree_verify_dev deferred [--json F]  # the deferred path (TV.3.7) beside the host-planned call
 
 --variant sm90a runs smoke, sanitize, time and profile on the sm90a kernel instead of portable (calls it
 does not take, fp32 or other page sizes, are served by portable, as through the registry).
@@ -450,6 +451,57 @@ def time_one(bs, Q, H, P, dt, chunk, *, copy, mm, spec=None):
         return res
 
 
+DEFERRED_CONFIGS = [(bs, Q, H, 8192) for H in (64, 128) for Q in (16, 64) for bs in (1, 8, 64)]
+
+
+def deferred(json_path=None, max_context=32768) -> int:
+    """The deferred path (TV.3.7: the checks and the split plan on the device, the grid sized for max_context) beside
+    the host-planned call on the same inputs, bf16, page 64, graph replays of each alone (issue #33's aim: <= 3 %
+    slower). Inputs are torch tensors (visibility as a uint32 view)."""
+    import torch
+
+    from harness import timing
+
+    rows = []
+    for bs, Q, H, P in DEFERRED_CONFIGS:
+        q, kv, bt, pre, vis = make_device_case(bs, Q, H, P)
+        dev = {"block_table": torch.from_numpy(bt).cuda(), "prefix_lens": torch.from_numpy(pre).cuda(),
+               "visibility": torch.from_numpy(vis.view(np.int32)).cuda().view(torch.uint32)}  # fmt: skip
+        host = tree_verify_ops.prepare(SPEC, q, kv, bt, pre, vis, SCALE)
+        dfr = tree_verify_ops.prepare_deferred(SPEC, q, kv, **dev, softmax_scale=SCALE, max_context=max_context)
+        try:
+            kv_bytes = bs * (P + Q) * 576 * 2
+            plan = timing.l2_plan(int(kv_bytes), timing.l2_bytes())
+            policy = timing.policy_from_env(warmup=2, min_reps=7, max_reps=50)
+            t = {}
+            for name, p in (("host", host), ("deferred", dfr), ("host_again", host)):
+                times, _ = timing.device_times_us([p.launch], plan=plan, policy=policy)
+                t[name] = statistics.median(times)
+            same = all(torch.equal(a, b) for a, b in zip(host.results(), dfr.results()))
+        finally:
+            host.finish()
+            dfr.staging.close()
+            torch.cuda.empty_cache()
+        base = min(t["host"], t["host_again"])
+        row = {"variant": SPEC.variant, "bs": bs, "Q": Q, "H": H, "prefix": P, "max_context": max_context,
+               "host_us": round(base, 2), "host_spread": round(abs(t["host"] - t["host_again"]) / base, 4),
+               "deferred_us": round(t["deferred"], 2), "ratio": round(t["deferred"] / base, 4),
+               "bit_identical": same}  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| variant | bs | Q | H | prefix | host-planned µs | deferred µs | deferred / host | bits |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['variant']} | {r['bs']} | {r['Q']} | {r['H']} | {r['prefix']} | {r['host_us']:.1f} | "
+            f"{r['deferred_us']:.1f} | {r['ratio']:.3f} | {'same' if r['bit_identical'] else 'DIFFER'} |"
+        )
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"max_context": max_context, "rows": rows}, f, indent=1)
+    return 0 if all(r["bit_identical"] for r in rows) else 1
+
+
 def table(results, copy, mm):
     print(f"\n| bs | Q | H | prefix | dtype | chunk x splits | CTAs | µs | useful TFLOP/s | GB/s | % copy ({copy:.0f}) "
           f"| % bf16 mm ({mm:.0f}) |")  # fmt: skip
@@ -473,7 +525,7 @@ def profile_one(shape="1,16,64,8192") -> int:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile", "knockouts"])
+    ap.add_argument("mode", choices=["smoke", "sanitize", "time", "versus", "profile", "knockouts", "deferred"])
     ap.add_argument("--json")
     ap.add_argument("--shape", default="1,16,64,8192", help="profile: bs,Q,H,prefix")
     ap.add_argument("--variant", default="portable", choices=[s.variant for s in specs.for_op("tree_verify")])
@@ -482,7 +534,7 @@ def main():
     SPEC = specs.get("tree_verify", a.variant)
     modes = {"smoke": smoke, "sanitize": sanitize, "time": lambda: time_configs(a.json),
              "profile": lambda: profile_one(a.shape), "versus": lambda: versus(a.json),
-             "knockouts": lambda: knockouts(a.json)}  # fmt: skip
+             "knockouts": lambda: knockouts(a.json), "deferred": lambda: deferred(a.json)}  # fmt: skip
     sys.exit(modes[a.mode]())
 
 
