@@ -49,7 +49,21 @@ def test_report_merges_stage_files(tmp_path):
     a, b = synthetic.run(verify=False), synthetic.run(seed=1)
     b["kdtr"]["stage"] = "verify_h64"
     md, _ = _report(tmp_path, a, b, plots=False)
-    assert "| perf-0.json | all |" in md and "| perf-1.json | verify_h64 |" in md
+    assert (
+        "| perf-0.json | NVIDIA H200 (sm_90) | all |" in md
+        and "| perf-1.json | NVIDIA H200 (sm_90) | verify_h64 |" in md
+    )
+    assert "| device | NVIDIA H200 (sm_90) |" in md
+
+
+def test_report_names_each_files_device(tmp_path):
+    """Files from two GPUs: the header names each device with its files, never one device for all."""
+    a, b = synthetic.run(verify=False), synthetic.run(seed=1)
+    b["machine_info"]["gpu"] = {**b["machine_info"]["gpu"], "name": "NVIDIA H100 80GB HBM3"}
+    md, _ = _report(tmp_path, a, b, plots=False)
+    assert "| devices | NVIDIA H200 (sm_90): perf-0.json; NVIDIA H100 80GB HBM3 (sm_90): perf-1.json |" in md
+    assert "Numbers hold only with each file's device" in md and "| device | NVIDIA H200" not in md
+    assert "| perf-1.json | NVIDIA H100 80GB HBM3 (sm_90) |" in md
 
 
 def test_report_from_a_cpu_only_run(tmp_path):
