@@ -53,6 +53,25 @@ std::vector<std::vector<int32_t>> load_prompts(const std::string& path, int64_t 
   }
 }
 
+// The host<->device traffic of each phase as int64 scalars io_<phase>_<counter>, as the times are time_<phase>.
+void add_traffic(TensorList& out, const DecodeResult& r) {
+  const std::pair<const char*, const DeviceTraffic*> phases[] = {{"decode", &r.io_decode},
+                                                                  {"drafter", &r.io_drafter},
+                                                                  {"draft_topk", &r.io_draft_topk},
+                                                                  {"tree_build", &r.io_tree_build},
+                                                                  {"tree_accept", &r.io_tree_accept}};
+  for (const auto& ph : phases) {
+    const DeviceTraffic& t = *ph.second;
+    const std::pair<const char*, int64_t> counts[] = {{"h2d_bytes", t.h2d_bytes},
+                                                      {"d2h_bytes", t.d2h_bytes},
+                                                      {"h2d_copies", t.h2d_copies},
+                                                      {"d2h_copies", t.d2h_copies},
+                                                      {"syncs", t.syncs}};
+    for (const auto& c : counts)
+      out.add(std::string("io_") + ph.first + "_" + c.first, kI64, {}, std::vector<int64_t>{c.second});
+  }
+}
+
 void write_result(const std::string& path, const DecodeResult& r, const ModelConfig& c, const DecodeSettings& s,
                   const std::string& device) {
   TensorList out;
@@ -72,10 +91,12 @@ void write_result(const std::string& path, const DecodeResult& r, const ModelCon
   out.add("path_max_rank", kI32, {r.bs, R}, top);
   out.add("lengths", kI32, {r.bs}, r.lengths);
   const std::pair<const char*, double> times[] = {
-      {"time_prefill", r.prefill},         {"time_decode", r.decode},         {"time_drafter", r.drafter},
-      {"time_tree_build", r.tree_build}, {"time_tree_verify", r.tree_verify}, {"time_tree_accept", r.tree_accept},
-      {"time_model", r.model}};
+      {"time_prefill", r.prefill},         {"time_decode", r.decode},
+      {"time_drafter", r.drafter},         {"time_draft_topk", r.draft_topk},
+      {"time_tree_build", r.tree_build}, {"time_tree_verify", r.tree_verify},
+      {"time_tree_accept", r.tree_accept}, {"time_model", r.model}};
   for (const auto& t : times) out.add(t.first, kF64, {}, std::vector<double>{t.second});
+  add_traffic(out, r);
   if (s.dump_cache) {
     out.add("cache", kF32, {c.n_layers, r.bs, r.T, kHeadDim}, r.cache);
     out.add("committed", kF32, {c.n_layers, r.bs, r.T, kHeadDim}, r.committed);
@@ -84,6 +105,7 @@ void write_result(const std::string& path, const DecodeResult& r, const ModelCon
                                   {"budget", std::to_string(s.budget)},
                                   {"depth", std::to_string(s.depth)},
                                   {"threads", std::to_string(s.threads)},
+                                  {"draft_topk", s.ddtree && s.budget > 0 ? r.draft_topk_source : "none"},
                                   {"engine", "kdtree-engine " + device}}));
 }
 
@@ -93,7 +115,7 @@ int decode_main(int argc, char** argv, int first) {
   Options o(argc, argv, first,
             {"--model", "--prompt", "--mode", "--budget", "--max-new", "--out", "--depth", "--noise", "--draft-temp",
              "--seed", "--threads", "--device", "--variant"},
-            {"--dump-cache"});
+            {"--dump-cache", "--host-topk"});
   const DeviceChoice dev = device_choice(o);
   if (!o.positional().empty()) throw UsageError("unexpected argument '" + o.positional()[0] + "'");
   DecodeSettings s;
@@ -110,6 +132,7 @@ int decode_main(int argc, char** argv, int first) {
   s.draft.seed = uint64_t(o.integer("--seed", 0, INT64_MAX, 0));
   s.threads = int(o.integer("--threads", 0, kMaxThreads, 0));
   s.dump_cache = o.has("--dump-cache");
+  s.host_topk = o.has("--host-topk");
   const std::string out_path = o.str("--out");
   const std::string model_path = o.str("--model"), prompt_path = o.str("--prompt");
 

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "kdtree/contract.hpp"
+#include "kdtree/drafter.hpp"
 #include "kdtree/linalg.hpp"
 #include "kdtree/tree_accept.hpp"
 #include "kdtree/tree_build.hpp"
@@ -28,6 +29,26 @@ std::vector<uint32_t> chain_visibility(int64_t Q) {
     for (int64_t j = 0; j <= i; ++j) vis[sz(i * W + j / 32)] |= uint32_t(1) << (j % 32);
   return vis;
 }
+
+// A phase of the decode: its seconds and its host<->device traffic, added to the result's totals when it ends.
+class Phase {
+ public:
+  Phase(const Compute& comp, double& seconds, DeviceTraffic& io)
+      : comp_(comp), seconds_(seconds), io_(io), t0_(Clock::now()), io0_(comp.traffic()) {}
+  ~Phase() {
+    seconds_ += since(t0_);
+    io_ += comp_.traffic() - io0_;
+  }
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+
+ private:
+  const Compute& comp_;
+  double& seconds_;
+  DeviceTraffic& io_;
+  Clock::time_point t0_;
+  DeviceTraffic io0_;
+};
 
 // The tree of one round for the active requests (tree_build's outputs).
 struct Tree {
@@ -66,15 +87,18 @@ class Decoder {
     const auto t0 = Clock::now();
     for (int64_t b = 0; b < bs_; ++b) prefill(b);
     r_.prefill = since(t0);
-    const auto t1 = Clock::now();
-    for (;;) {
-      std::vector<int32_t> active;
-      for (int64_t b = 0; b < bs_; ++b)
-        if (emitted_[sz(b)] < s_.max_new) active.push_back(int32_t(b));
-      if (active.empty()) break;
-      round(active);
+    // --host-topk: the CPU op whatever the backend (a qualified call: the base class's draft_topk is the CPU's)
+    r_.draft_topk_source = s_.host_topk ? comp_.Compute::draft_topk_source() : comp_.draft_topk_source();
+    {
+      const Phase loop(comp_, r_.decode, r_.io_decode);
+      for (;;) {
+        std::vector<int32_t> active;
+        for (int64_t b = 0; b < bs_; ++b)
+          if (emitted_[sz(b)] < s_.max_new) active.push_back(int32_t(b));
+        if (active.empty()) break;
+        round(active);
+      }
     }
-    r_.decode = since(t1);
     r_.lengths.assign(P_.begin(), P_.end());
     if (s_.dump_cache) dump();
     return r_;
@@ -112,7 +136,8 @@ class Decoder {
   }
 
   // The drafter: `depth` greedy target steps from each root (on scratch rows past the committed ones),
-  // then the noisy top-K of each depth's logits. Returns (top_logp, top_ids) [A, depth, K].
+  // then the top-K of each depth's perturbed logits, by draft_topk over the whole round in one call (the GPU
+  // kernel with --device cuda). Returns (top_logp, top_ids) [A, depth, K].
   void draft(const std::vector<int32_t>& A, int64_t K, std::vector<float>& lp, std::vector<int32_t>& ids) {
     const int64_t n = int64_t(A.size()), L = s_.depth, V = c_.vocab;
     std::vector<float> seq(sz(n * L * V));
@@ -135,11 +160,16 @@ class Decoder {
         tok[sz(a)] = argmax(logits.data() + a * V, V);
       }
     }
+    // Perturbed on the host, in place: the float32 values both top-k paths rank (drafter.hpp).
+    for (int64_t a = 0; a < n; ++a)
+      perturb_logits(seq.data() + a * L * V, L, V, P_[sz(A[sz(a)])], s_.draft, seq.data() + a * L * V);
     lp.resize(sz(n * L * K));
     ids.resize(sz(n * L * K));
-    for (int64_t a = 0; a < n; ++a)
-      draft_topk(seq.data() + a * L * V, L, V, P_[sz(A[sz(a)])], K, s_.draft, lp.data() + a * L * K,
-                 ids.data() + a * L * K);
+    const Phase topk(comp_, r_.draft_topk, r_.io_draft_topk);
+    if (s_.host_topk)
+      comp_.Compute::draft_topk(seq.data(), n * L, V, K, lp.data(), ids.data());
+    else
+      comp_.draft_topk(seq.data(), n * L, V, K, lp.data(), ids.data());
   }
 
   void round(const std::vector<int32_t>& A) {
@@ -149,18 +179,65 @@ class Decoder {
     std::vector<float> lp;
     std::vector<int32_t> ids;
     if (tree) {
-      const auto t0 = Clock::now();
+      const Phase drafter(comp_, r_.drafter, r_.io_drafter);
       draft(A, K, lp, ids);
-      r_.drafter += since(t0);
     }
     std::vector<int32_t> roots(sz(n)), prefix(sz(n));
     for (int64_t a = 0; a < n; ++a) {
       roots[sz(a)] = root_[sz(A[sz(a)])];
       prefix[sz(a)] = P_[sz(A[sz(a)])];
     }
-    // tree_build
-    auto t = Clock::now();
     Tree tr(n, B);
+    build(n, B, L, K, lp, ids, roots, prefix, tr);
+    // the target over every tree node; its attention is tree_verify
+    Rows rows;
+    rows.requests = A;
+    rows.Q = tr.D;
+    rows.tokens = tr.tokens;
+    rows.positions = tr.positions;
+    rows.prefix_lens = prefix;
+    rows.visibility = tr.visibility;
+    ForwardTimes ft;
+    const std::vector<float> logits = forward(rows, ft);
+    const auto t = Clock::now();
+    std::vector<int32_t> target(sz(n * tr.D));
+    std::vector<float> margin(sz(n * tr.D));
+    for (int64_t i = 0; i < n * tr.D; ++i) {
+      target[sz(i)] = argmax(logits.data() + i * V, V);
+      margin[sz(i)] = top2_margin(logits.data() + i * V, V);
+    }
+    r_.model += ft.other + since(t);
+    r_.tree_verify += ft.attention;
+    // tree_accept: the walk once, the commit on every layer's cache
+    std::vector<int32_t> accept_len(sz(n)), path(sz(n * (1 + L))), emitted(path.size()), bonus(sz(n)), lens(sz(n));
+    {
+      const Phase accept(comp_, r_.tree_accept, r_.io_tree_accept);
+      TreeAcceptArgs aa;
+      aa.tokens = tr.tokens.data();
+      aa.first_child = tr.first_child.data();
+      aa.next_sibling = tr.next_sibling.data();
+      aa.target_tokens = target.data();
+      aa.bs = n;
+      aa.D = tr.D;
+      aa.max_depth = L;
+      std::vector<int32_t> table(sz(n * cache_.max_pages));
+      for (int64_t a = 0; a < n; ++a)
+        std::copy_n(cache_.block_table.data() + A[sz(a)] * cache_.max_pages, cache_.max_pages,
+                    table.data() + a * cache_.max_pages);
+      aa.block_table = table.data();
+      aa.prefix_lens = prefix.data();
+      comp_.tree_accept(aa, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), lens.data()},
+                        cache_);
+    }
+    for (int64_t a = 0; a < n; ++a)
+      record(A[sz(a)], accept_len[sz(a)], path.data() + a * (1 + L), emitted.data() + a * (1 + L), bonus[sz(a)],
+             tr.ranks.data() + a * tr.D, margin.data() + a * tr.D);
+  }
+
+  // tree_build of the round's drafts (root-only trees without them) into tr.
+  void build(int64_t n, int64_t B, int64_t L, int64_t K, const std::vector<float>& lp, const std::vector<int32_t>& ids,
+             const std::vector<int32_t>& roots, const std::vector<int32_t>& prefix, Tree& tr) {
+    const Phase phase(comp_, r_.tree_build, r_.io_tree_build);
     TreeBuildArgs ba;
     ba.top_logp = lp.data();
     ba.top_ids = ids.data();
@@ -174,49 +251,6 @@ class Decoder {
     comp_.tree_build(ba, TreeBuildOut{tr.n_nodes.data(), tr.parents.data(), tr.depths.data(), tr.tokens.data(),
                                       tr.ranks.data(), tr.scores.data(), tr.visibility.data(), tr.positions.data(),
                                       tr.first_child.data(), tr.next_sibling.data(), nullptr});
-    r_.tree_build += since(t);
-    // the target over every tree node; its attention is tree_verify
-    Rows rows;
-    rows.requests = A;
-    rows.Q = tr.D;
-    rows.tokens = tr.tokens;
-    rows.positions = tr.positions;
-    rows.prefix_lens = prefix;
-    rows.visibility = tr.visibility;
-    ForwardTimes ft;
-    const std::vector<float> logits = forward(rows, ft);
-    t = Clock::now();
-    std::vector<int32_t> target(sz(n * tr.D));
-    std::vector<float> margin(sz(n * tr.D));
-    for (int64_t i = 0; i < n * tr.D; ++i) {
-      target[sz(i)] = argmax(logits.data() + i * V, V);
-      margin[sz(i)] = top2_margin(logits.data() + i * V, V);
-    }
-    r_.model += ft.other + since(t);
-    r_.tree_verify += ft.attention;
-    // tree_accept: the walk once, the commit on every layer's cache
-    t = Clock::now();
-    TreeAcceptArgs aa;
-    aa.tokens = tr.tokens.data();
-    aa.first_child = tr.first_child.data();
-    aa.next_sibling = tr.next_sibling.data();
-    aa.target_tokens = target.data();
-    aa.bs = n;
-    aa.D = tr.D;
-    aa.max_depth = L;
-    std::vector<int32_t> accept_len(sz(n)), path(sz(n * (1 + L))), emitted(path.size()), bonus(sz(n)), lens(sz(n));
-    std::vector<int32_t> table(sz(n * cache_.max_pages));
-    for (int64_t a = 0; a < n; ++a)
-      std::copy_n(cache_.block_table.data() + A[sz(a)] * cache_.max_pages, cache_.max_pages,
-                  table.data() + a * cache_.max_pages);
-    aa.block_table = table.data();
-    aa.prefix_lens = prefix.data();
-    comp_.tree_accept(aa, TreeAcceptOut{accept_len.data(), path.data(), emitted.data(), bonus.data(), lens.data()},
-                      cache_);
-    r_.tree_accept += since(t);
-    for (int64_t a = 0; a < n; ++a)
-      record(A[sz(a)], accept_len[sz(a)], path.data() + a * (1 + L), emitted.data() + a * (1 + L), bonus[sz(a)],
-             tr.ranks.data() + a * tr.D, margin.data() + a * tr.D);
   }
 
   // Emitted token j (the j-th accepted draft, then the bonus) is the target's choice at node path[j].

@@ -1,11 +1,6 @@
 // The test drafter (drafter.hpp); the arithmetic order follows reference/drafter.py exactly.
 #include "kdtree/drafter.hpp"
 
-#include <vector>
-
-#include "kdtree/contract.hpp"
-#include "kdtree/draft_topk.hpp"
-
 namespace kdtree {
 namespace {
 
@@ -28,15 +23,12 @@ double draft_noise(uint64_t seed, int64_t P, int64_t d, int64_t v) {
   return (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * kSqrt3;
 }
 
-void draft_topk(const float* logits, int64_t L, int64_t V, int64_t P, int64_t K, const DraftParams& p, float* top_logp,
-                int32_t* top_ids) {
-  // the perturbed logits in float64, rounded to float32, then the draft_topk op's CPU row (draft_topk.cpp)
-  std::vector<float> z(sz(V));
+void perturb_logits(const float* logits, int64_t L, int64_t V, int64_t P, const DraftParams& p, float* out) {
   for (int64_t d = 1; d <= L; ++d) {
     const float* t = logits + (d - 1) * V;
+    float* z = out + (d - 1) * V;
     for (int64_t v = 0; v < V; ++v)
-      z[sz(v)] = static_cast<float>(double(t[v]) / p.temperature + p.noise * draft_noise(p.seed, P, d, v));
-    draft_topk_row(z.data(), V, K, top_logp + (d - 1) * K, top_ids + (d - 1) * K);
+      z[v] = static_cast<float>(double(t[v]) / p.temperature + p.noise * draft_noise(p.seed, P, d, v));
   }
 }
 

@@ -116,6 +116,7 @@ uses kernel variant V for the op that has it (see op --help).
 const char* kDecodeHelp = R"(usage: kdtree-engine decode --model M.kdtr --prompt P.kdtr --mode ar|ddtree --budget B
                             --max-new N --out OUT.kdtr [--depth L] [--noise S] [--draft-temp T]
                             [--seed X] [--threads N] [--dump-cache] [--device cpu|cuda] [--variant V]
+                            [--host-topk]
 
 Greedy generation with the MLA+MoE model in M (written by reference/model.py) for every prompt in P
 (tokens i32 [bs,len], lengths i32 [bs]). Every step is the three ops: the target's attention is
@@ -131,11 +132,18 @@ and the greedy walk and KV commit are tree_accept's.
   --device cuda   the whole step on the GPU: the three ops by the kernels of kernels_cu/ (--variant V picks
                   one, see op --help) and every matmul of the model (the dense layers) by the engine's own
                   row-independent kernels (a fixed summation order per output, no FMA: the CPU's bits);
-                  norms, RoPE, routing and the drafter's top-k stay on the host
+                  the drafter's top-k by the draft_topk kernel (its perturbed float32 logits formed on the
+                  host and uploaded once per round); norms, RoPE and routing stay on the host
+  --host-topk     the drafter's top-k by the CPU op even with --device cuda (the path before the kernel, to
+                  compare its traffic)
 OUT holds tokens i32 [bs,N], margins f32 [bs,N] (top-1 minus top-2 logit behind each token),
 rounds i32 [bs], accept_lens i32 [bs,R] and path_max_rank i32 [bs,R] (-1 padded), lengths i32 [bs]
 (committed cache rows), the phase times (time_* f64 scalars, seconds: prefill, decode, and inside decode
-drafter, tree_build, tree_verify, tree_accept, model), and with --dump-cache the final committed latent
+drafter, draft_topk (inside drafter), tree_build, tree_verify, tree_accept, model), the host<->device traffic
+of the phases decode, drafter, draft_topk, tree_build and tree_accept (io_PHASE_COUNTER i64 scalars, COUNTER
+h2d_bytes, d2h_bytes, h2d_copies, d2h_copies, syncs: every call that waits for the GPU, a copy included;
+counted where the CUDA backend makes them, zeros on the CPU), metadata draft_topk (what ran the drafter's
+top-k: cpu, or cuda and the kernel variant; none in ar mode), and with --dump-cache the final committed latent
 cache and every row as the round that committed it left it (cache, committed f32 [layers,bs,T,576]).
 )";
 

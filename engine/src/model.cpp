@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "kdtree/contract.hpp"
+#include "kdtree/draft_topk.hpp"
 #include "kdtree/linalg.hpp"
 #include "kdtree/tensors.hpp"
 #include "kdtree/tree_verify.hpp"
@@ -53,6 +54,17 @@ void Compute::tree_verify(const PagedCache&, int64_t, const TreeVerifyArgs& a, c
 }
 
 void Compute::tree_build(const TreeBuildArgs& a, const TreeBuildOut& o) const { kdtree::tree_build(a, o, threads_); }
+
+void Compute::draft_topk(const float* logits, int64_t rows, int64_t V, int64_t K, float* top_logp,
+                         int32_t* top_ids) const {
+  DraftTopkArgs a;
+  a.logits = logits;
+  a.bs = rows;  // rows of one depth each: the op's rows are independent (DT.4.2)
+  a.L = 1;
+  a.V = V;
+  a.K = K;
+  kdtree::draft_topk(a, DraftTopkOut{top_logp, top_ids}, threads_);
+}
 
 void Compute::tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, PagedCache& cache) const {
   TreeAcceptArgs walk = a;

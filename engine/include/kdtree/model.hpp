@@ -51,6 +51,25 @@ struct ForwardTimes {
   double attention = 0, other = 0;
 };
 
+// Host<->device traffic: bytes and copies each way, and the calls that make the host wait for the device
+// (syncs). The CUDA backend counts them where its copies, frees and synchronisations are made
+// (engine/src/cuda/device.cu); the CPU has none. Differences of two readings give a phase's traffic.
+struct DeviceTraffic {
+  int64_t h2d_bytes = 0, d2h_bytes = 0, h2d_copies = 0, d2h_copies = 0, syncs = 0;
+  DeviceTraffic operator-(const DeviceTraffic& o) const {
+    return {h2d_bytes - o.h2d_bytes, d2h_bytes - o.d2h_bytes, h2d_copies - o.h2d_copies, d2h_copies - o.d2h_copies,
+            syncs - o.syncs};
+  }
+  DeviceTraffic& operator+=(const DeviceTraffic& o) {
+    h2d_bytes += o.h2d_bytes;
+    d2h_bytes += o.d2h_bytes;
+    h2d_copies += o.h2d_copies;
+    d2h_copies += o.d2h_copies;
+    syncs += o.syncs;
+    return *this;
+  }
+};
+
 // Where the model's arithmetic and the decoder's ops run: the CPU (this class) or the GPU (kdtree/cuda.hpp
 // overrides it). Every implementation keeps linalg.hpp's guarantee for matmul: each output row depends on its
 // own input row only, summed in a fixed order, so a token's bits do not depend on the rows around it.
@@ -71,6 +90,14 @@ class Compute {
   // tree_accept's walk of `a` (its block_table and prefix_lens set, kv_cache unset) and its commit into every
   // layer of `cache`, as that layer's kv_cache.
   virtual void tree_accept(const TreeAcceptArgs& a, const TreeAcceptOut& o, PagedCache& cache) const;
+  // The drafter's top-k: draft_topk (spec/draft_topk.md) of `rows` rows of V float32 logits -> top_logp and
+  // top_ids [rows, K] (host arrays). Here the CPU op (draft_topk.cpp); the CUDA backend runs its kernel.
+  virtual void draft_topk(const float* logits, int64_t rows, int64_t V, int64_t K, float* top_logp,
+                          int32_t* top_ids) const;
+  // What runs draft_topk above ("cpu", or the kernel variant), for the decode's report.
+  virtual std::string draft_topk_source() const { return "cpu"; }
+  // The traffic counted so far in this process (zeros on the CPU).
+  virtual DeviceTraffic traffic() const { return {}; }
 
  protected:
   int threads_;

@@ -2,6 +2,7 @@
 // each call) and the decoder's Compute (weights and the paged latent cache resident on the GPU).
 #include <cstring>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct Chosen {
   const Variant* build;
   const Variant* verify;
   const Variant* accept;
+  const Variant* topk;
 };
 
 // UsageError unless `requested` ("" = none) names a compiled variant (of `only_op`, when given).
@@ -39,13 +41,16 @@ void check_variant_name(const std::string& requested, const std::string& only_op
   }
 }
 
+// The variant of `slug` to run: `requested` when it is one of slug's, else slug's default for `dtype`.
+const Variant& variant_for(const char* slug, const std::string& requested, const std::string& dtype) {
+  bool mine = false;
+  for (const Variant* v : variants(slug)) mine = mine || requested == v->variant;
+  return pick(slug, mine ? requested : "", dtype);
+}
+
 Chosen choose(const std::string& requested, const std::string& verify_dtype) {
-  auto get = [&](const char* slug, const std::string& dtype) {
-    bool mine = false;
-    for (const Variant* v : variants(slug)) mine = mine || requested == v->variant;
-    return &pick(slug, mine ? requested : "", dtype);
-  };
-  return Chosen{get("tree_build", ""), get("tree_verify", verify_dtype), get("tree_accept", "")};
+  return Chosen{&variant_for("tree_build", requested, ""), &variant_for("tree_verify", requested, verify_dtype),
+                &variant_for("tree_accept", requested, ""), &variant_for("draft_topk", requested, "")};
 }
 
 // Op files: every array staged to the GPU for the call and the results read back.
@@ -135,9 +140,7 @@ class CudaOps : public OpBackend {
 
  private:
   const Variant& variant(const char* slug, const std::string& dtype) const {
-    bool mine = false;
-    for (const Variant* v : variants(slug)) mine = mine || requested_ == v->variant;
-    return pick(slug, mine ? requested_ : "", dtype);
+    return variant_for(slug, requested_, dtype);
   }
 
   std::string requested_;
@@ -153,6 +156,7 @@ class CudaCompute : public Compute {
     const Chosen c = choose(variant, "fp32");  // the model's cache is float32
     verify_ = c.verify;
     accept_ = c.accept;
+    topk_ = c.topk;
     ops_ = std::make_unique<CudaOps>(variant, "");  // tree_build on host arrays
   }
 
@@ -165,11 +169,9 @@ class CudaCompute : public Compute {
     if (it == weights_.end()) it = weights_.emplace(W, DevBuf(W, sz(in * out) * 4)).first;
     float* xd = scratch(x_, sz(N * in) * 4);
     float* yd = scratch(y_, sz(N * out) * 4);
-    check(cudaMemcpy2D(xd, sz(in) * 4, x, sz(x_stride) * 4, sz(in) * 4, sz(N), cudaMemcpyHostToDevice),
-          "matmul input");
+    copy_rows_to_device(xd, sz(in) * 4, x, sz(x_stride) * 4, sz(in) * 4, sz(N), "matmul input");
     dense_matmul(xd, in, N, in, it->second.as<float>(), out, yd);
-    check(cudaMemcpy2D(y, sz(y_stride) * 4, yd, sz(out) * 4, sz(out) * 4, sz(N), cudaMemcpyDeviceToHost),
-          "matmul output");
+    copy_rows_to_host(y, sz(y_stride) * 4, yd, sz(out) * 4, sz(out) * 4, sz(N), "matmul output");
   }
 
   void rows_written(const PagedCache& cache, int64_t layer, const std::vector<int64_t>& offsets) const override {
@@ -179,7 +181,7 @@ class CudaCompute : public Compute {
       std::memcpy(rows.data() + r * sz(kHeadDim), cache.pools[sz(layer)].data() + offsets[r], sz(kHeadDim) * 4);
     DevBuf rd(rows.data(), rows.size() * 4), od(offsets.data(), offsets.size() * 8);
     scatter_rows(rd.as<float>(), od.as<int64_t>(), int64_t(offsets.size()), pool);
-    check(cudaDeviceSynchronize(), "cache rows");
+    synchronize("cache rows");
   }
 
   void tree_verify(const PagedCache& cache, int64_t layer, const TreeVerifyArgs& a,
@@ -219,6 +221,28 @@ class CudaCompute : public Compute {
     cache.commit(a, o);  // the host copy of the cache (what --dump-cache reports) gets the same row copies
   }
 
+  // The drafter's logits are formed on the host (drafter.cpp: the float64 perturbation rounded to float32) and
+  // uploaded once per round, every request's depths in one copy: the kernel ranks exactly the float32 values the
+  // CPU path ranks, so its ids are the CPU's bit for bit by construction (DT.2.1), with no claim needed about the
+  // device's float64 arithmetic. Log-probs and ids come back in one copy (one buffer: log-probs, then ids).
+  void draft_topk(const float* logits, int64_t rows, int64_t V, int64_t K, float* top_logp,
+                  int32_t* top_ids) const override {
+    const size_t n_in = sz(rows * V), n_out = sz(rows * K);
+    float* x = scratch(topk_in_, n_in * 4);
+    float* lp = scratch(topk_out_, n_out * 8);
+    int32_t* ids = reinterpret_cast<int32_t*>(lp + n_out);
+    copy_to_device(x, logits, n_in * 4, "draft_topk logits");
+    launch_draft_topk(*topk_, DraftTopkOnDevice{x, LogitType::F32, rows, V, K, lp, ids});
+    topk_host_.resize(n_out * 2);
+    copy_to_host(topk_host_.data(), lp, n_out * 8, "draft_topk results");
+    std::memcpy(top_logp, topk_host_.data(), n_out * 4);
+    std::memcpy(top_ids, topk_host_.data() + n_out, n_out * 4);
+  }
+
+  std::string draft_topk_source() const override { return std::string("cuda ") + topk_->name(); }
+
+  DeviceTraffic traffic() const override { return cuda::traffic(); }
+
  private:
   // A scratch buffer of at least `bytes`, kept between calls (no cudaMalloc/cudaFree per matmul).
   static float* scratch(DevBuf& b, size_t bytes) {
@@ -240,10 +264,13 @@ class CudaCompute : public Compute {
 
   const Variant* verify_ = nullptr;
   const Variant* accept_ = nullptr;
+  const Variant* topk_ = nullptr;
   std::unique_ptr<CudaOps> ops_;
   mutable std::unordered_map<const float*, DevBuf> weights_;
   mutable std::vector<DevBuf> pools_;
   mutable DevBuf x_, y_;  // matmul operands
+  mutable DevBuf topk_in_, topk_out_;        // the drafter's logits and its top-k, kept between rounds
+  mutable std::vector<uint32_t> topk_host_;  // the top-k's one download (log-prob bits, then ids)
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The GPU, device buffers, variant selection and launches (device.hpp).
 #include "device.hpp"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -42,32 +43,90 @@ const Gpu& gpu() {
   return g;
 }
 
+namespace {
+
+// The process's counters (atomic: the CPU threads of an op may stage arrays concurrently).
+struct Counters {
+  std::atomic<int64_t> h2d_bytes{0}, d2h_bytes{0}, h2d_copies{0}, d2h_copies{0}, syncs{0};
+};
+Counters& counters() {
+  static Counters c;
+  return c;
+}
+
+void count_copy(bool to_device, size_t bytes) {
+  Counters& c = counters();
+  (to_device ? c.h2d_bytes : c.d2h_bytes) += int64_t(bytes);
+  ++(to_device ? c.h2d_copies : c.d2h_copies);
+  ++c.syncs;
+}
+
+// cudaFree waits for the device (it synchronises it implicitly): a sync.
+void free_counted(void* p) {
+  cudaFree(p);
+  ++counters().syncs;
+}
+
+}  // namespace
+
+DeviceTraffic traffic() {
+  const Counters& c = counters();
+  return {c.h2d_bytes.load(), c.d2h_bytes.load(), c.h2d_copies.load(), c.d2h_copies.load(), c.syncs.load()};
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what) {
+  if (!bytes) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  count_copy(true, bytes);
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, const char* what) {
+  if (!bytes) return;
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), what);
+  count_copy(false, bytes);
+}
+
+void copy_rows_to_device(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                         const char* what) {
+  if (!width || !rows) return;
+  check(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows, cudaMemcpyHostToDevice), what);
+  count_copy(true, width * rows);
+}
+
+void copy_rows_to_host(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                       const char* what) {
+  if (!width || !rows) return;
+  check(cudaMemcpy2D(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToHost), what);
+  count_copy(false, width * rows);
+}
+
+void synchronize(const char* what) {
+  check(cudaDeviceSynchronize(), what);
+  ++counters().syncs;
+}
+
 DevBuf::DevBuf(size_t bytes) : n_(bytes) { check(cudaMalloc(&p_, bytes < 16 ? 16 : bytes), "cudaMalloc"); }
 
 DevBuf::DevBuf(const void* host, size_t bytes) : DevBuf(bytes) { upload(host, bytes); }
 
 DevBuf::~DevBuf() {
-  if (p_) cudaFree(p_);
+  if (p_) free_counted(p_);
 }
 
 DevBuf::DevBuf(DevBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
 
 DevBuf& DevBuf::operator=(DevBuf&& o) noexcept {
   if (this != &o) {
-    if (p_) cudaFree(p_);
+    if (p_) free_counted(p_);
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
   }
   return *this;
 }
 
-void DevBuf::upload(const void* host, size_t bytes) {
-  if (bytes) check(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), "upload");
-}
+void DevBuf::upload(const void* host, size_t bytes) { copy_to_device(p_, host, bytes, "upload"); }
 
-void DevBuf::download(void* host, size_t bytes) const {
-  if (bytes) check(cudaMemcpy(host, p_, bytes, cudaMemcpyDeviceToHost), "download");
-}
+void DevBuf::download(void* host, size_t bytes) const { copy_to_host(host, p_, bytes, "download"); }
 
 bool usable(const Variant& v) {
   const std::string mine = gpu().arch;

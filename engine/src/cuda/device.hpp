@@ -9,6 +9,7 @@
 
 #include "kdtree/cuda.hpp"
 #include "kdtree/cuda_registry.hpp"
+#include "kdtree/model.hpp"
 
 namespace kdtree {
 namespace cuda {
@@ -28,13 +29,30 @@ struct Gpu {
 // The GPU (device 0), initialized once; DeviceError when there is none.
 const Gpu& gpu();
 
+// Host<->device traffic and host waits, counted at the calls below that make them (this process, every
+// thread). Every copy, free and synchronisation of the CUDA backend goes through them, so the counts are
+// measured where the work is done.
+DeviceTraffic traffic();
+// cudaMemcpy (host to device / device to host): each one is also a wait for the device (CUDA's "API
+// synchronization behavior": a synchronous copy from pageable memory synchronises the stream first, and one to
+// pageable memory returns when the copy is done), so it counts as a copy and a sync.
+void copy_to_device(void* dst, const void* src, size_t bytes, const char* what);
+void copy_to_host(void* dst, const void* src, size_t bytes, const char* what);
+// cudaMemcpy2D of `rows` rows of `width` bytes (pitches in bytes), counted as above.
+void copy_rows_to_device(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                         const char* what);
+void copy_rows_to_host(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+                       const char* what);
+// cudaDeviceSynchronize, counted as a sync.
+void synchronize(const char* what);
+
 // A device allocation (at least 16 bytes, so that empty arrays still get a valid pointer).
 class DevBuf {
  public:
   DevBuf() = default;
   explicit DevBuf(size_t bytes);
   DevBuf(const void* host, size_t bytes);  // allocated and uploaded
-  ~DevBuf();
+  ~DevBuf();  // cudaFree, which synchronises the device: counted as a sync
   DevBuf(DevBuf&& o) noexcept;
   DevBuf& operator=(DevBuf&& o) noexcept;
   DevBuf(const DevBuf&) = delete;

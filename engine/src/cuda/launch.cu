@@ -141,7 +141,7 @@ void launch_draft_topk(const Variant& v, const DraftTopkOnDevice& d) {
   void* margs[] = {(void*)&keys, (void*)&lse, &n_splits, &V, &K, (void*)&d.top_logp, (void*)&d.top_ids};
   launch(v, "draft_topk_merge", dim3(unsigned(d.rows)), block, smem, margs);
   // the workspace is freed when this returns: wait for the kernels that use it
-  check(cudaDeviceSynchronize(), "draft_topk");
+  synchronize("draft_topk");
 }
 
 void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
@@ -199,7 +199,7 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
            cargs);
   }
   // the scratch buffers are freed when this returns: wait for the kernels that read them
-  check(cudaDeviceSynchronize(), "tree_verify");
+  synchronize("tree_verify");
 }
 
 }  // namespace cuda
