@@ -184,7 +184,7 @@ def test_golden_ddtree_on_tied_drafts_equals_golden_ar(model, golden_ar):
 
 
 @pytest.mark.gpu
-@pytest.mark.spec("EN.4.7", "EN.5.2")
+@pytest.mark.spec("EN.4.7", "EN.5.2", "EN.5.3")
 def test_engine_cuda_resolves_ties_as_the_golden_model(request, engine_built, model_file, golden_ar, tmp_path):
     p = device.probe()
     if not p.ok:
@@ -196,6 +196,11 @@ def test_engine_cuda_resolves_ties_as_the_golden_model(request, engine_built, mo
     kw = {"device": "cuda", "dump_cache": True}
     eng = decoding.engine_decode(model_file, prompts(), tmp_path / "ar", mode="ar", max_new=MAX_NEW, **kw)
     check_engine(eng, runs, logits, "EN.5.2")
-    tree = decoding.engine_decode(model_file, prompts(), tmp_path / "dd", mode="ddtree", max_new=MAX_NEW, budget=16,
-                                  depth=6, noise=0.0, device="cuda")  # fmt: skip
+    dd = {"mode": "ddtree", "max_new": MAX_NEW, "budget": 16, "depth": 6, "noise": 0.0, "device": "cuda"}
+    tree = decoding.engine_decode(model_file, prompts(), tmp_path / "dd", **dd)
     assert np.array_equal(tree["tokens"], eng["tokens"])
+    # the tied drafts' top-k came from the draft_topk kernel, which breaks the ties as the CPU op does (EN.5.3)
+    assert tree["metadata"]["draft_topk"].startswith("cuda draft_topk:"), tree["metadata"]
+    assert decoding.traffic(tree, "draft_topk")["h2d_copies"] == int(tree["rounds"].max())
+    host = decoding.engine_decode(model_file, prompts(), tmp_path / "dd-host", host_topk=True, **dd)
+    assert np.array_equal(host["tokens"], eng["tokens"])

@@ -218,3 +218,86 @@ def test_cuda_committed_cache_is_the_ar_cache(request, cuda_ar, cuda_tree):
     request.node.user_properties.append(("bit_exact_requests", f"{exact} of {compared}"))
     print(f"committed caches bit-exact with AR for {exact} of {compared} requests")
     assert compared >= N_PROMPTS // 2
+
+
+# --- EN.5.3 the drafter's top-k by the draft_topk kernel, and the decode's traffic ------------------------------
+@pytest.fixture(scope="module")
+def cuda_tree_host_topk(engine_cuda, model_file, work):
+    """The same DDTree decode with the drafter's top-k on the CPU (--host-topk: the path before the kernel)."""
+    opts = {"budget": BUDGET, "depth": DEPTH, "noise": NOISE, "host_topk": True}
+    return cuda_decode(model_file, make_prompts(N_PROMPTS), work / "dd-host", "ddtree", MAX_NEW, **opts)
+
+
+def per_round(run: dict) -> dict[str, dict[str, float]]:
+    """Every phase's traffic per decode round (a round runs every unfinished request)."""
+    rounds = int(run["rounds"].max())
+    return {ph: {c: n / rounds for c, n in decoding.traffic(run, ph).items()} for ph in decoding.IO_PHASES}
+
+
+@pytest.mark.spec("EN.5.3")
+def test_cuda_drafter_topk_is_the_kernel(request, cuda_tree):
+    """The draft_topk phase moves exactly the kernel path's bytes: each round one upload of its requests'
+    perturbed logits and one download of their top-k, and waits for nothing else (the tiny model's rows take
+    one split: no workspace)."""
+    from reference.model import Config
+
+    assert cuda_tree["metadata"]["draft_topk"].startswith("cuda draft_topk:"), cuda_tree["metadata"]
+    V = Config().vocab
+    K = min(BUDGET, V)
+    request_rounds, rounds = int(cuda_tree["rounds"].sum()), int(cuda_tree["rounds"].max())
+    want = {
+        "h2d_bytes": request_rounds * DEPTH * V * 4,
+        "d2h_bytes": request_rounds * DEPTH * K * 8,
+        "h2d_copies": rounds,
+        "d2h_copies": rounds,
+        "syncs": 2 * rounds,
+    }
+    request.node.user_properties.append(("traffic_per_round", per_round(cuda_tree)))
+    assert decoding.traffic(cuda_tree, "draft_topk") == want
+    drafter = decoding.traffic(cuda_tree, "drafter")  # the top-k is inside it, beside the drafter's forwards
+    assert all(drafter[c] >= n for c, n in want.items()) and drafter["syncs"] > want["syncs"]
+
+
+@pytest.mark.spec("EN.5.3")
+def test_cuda_host_topk_moves_nothing_for_the_topk(request, model_file, work, cuda_tree, cuda_tree_host_topk):
+    """--host-topk (the path before) runs the CPU op: no traffic in its phase, the same tokens; both paths'
+    traffic per round goes in the report."""
+    before, after = cuda_tree_host_topk, cuda_tree
+    assert before["metadata"]["draft_topk"] == "cpu"
+    assert set(decoding.traffic(before, "draft_topk").values()) == {0}
+    assert decoding.traffic(before, "decode")["syncs"] > 0  # the counters run on this path too
+
+    def rerun(p, n):
+        kw = {"budget": BUDGET, "depth": DEPTH, "noise": NOISE}
+        return (
+            cuda_decode(model_file, p, work / "dd-host2", "ddtree", n, host_topk=True, **kw),
+            cuda_decode(model_file, p, work / "dd-kernel2", "ddtree", n, **kw),
+        )
+
+    eq = decoding.greedy_equivalence(make_prompts(N_PROMPTS), MAX_NEW, before, after, rerun)
+    decoding.report(request, "engine-cuda ddtree, draft_topk kernel vs --host-topk", eq)
+    request.node.user_properties.append(("traffic_per_round", {"before": per_round(before), "after": per_round(after)}))
+    assert not eq.failures, eq.summary()
+
+
+@pytest.mark.spec("EN.5.3")
+def test_cuda_ddtree_equals_cpu_ddtree(request, model_file, work, cuda_tree):
+    """The GPU decode (the kernel's top-k) gives the CPU backend's DDTree tokens; the rounds whose acceptance
+    is the same are reported (a log-prob within DT.2.4 but not the CPU's bits can change a tree, not a token)."""
+    kw = {"budget": BUDGET, "depth": DEPTH, "noise": NOISE}
+    prompts = make_prompts(N_PROMPTS)
+    cpu = decoding.engine_decode(model_file, prompts, work / "cpu-dd", mode="ddtree", max_new=MAX_NEW, **kw)
+
+    def rerun(p, n):
+        return (
+            decoding.engine_decode(model_file, p, work / "cpu-dd2", mode="ddtree", max_new=n, **kw),
+            cuda_decode(model_file, p, work / "dd4", "ddtree", n, **kw),
+        )
+
+    eq = decoding.greedy_equivalence(prompts, MAX_NEW, cpu, cuda_tree, rerun)
+    decoding.report(request, "engine-cuda ddtree vs engine-cpu ddtree", eq)
+    same = cpu["accept_lens"].shape == cuda_tree["accept_lens"].shape and bool(
+        np.array_equal(cpu["accept_lens"], cuda_tree["accept_lens"])
+    )
+    request.node.user_properties.append(("same_acceptance_as_cpu", same))
+    assert not eq.failures, eq.summary()

@@ -238,6 +238,23 @@ def test_acceptance_is_partial_and_branching(request, engine_tree):
     assert off_branch >= 0.1, f"only {off_branch:.0%} of accepted paths leave the first-ranked branch"
 
 
+@pytest.mark.spec("EN.5.3")
+def test_cpu_decode_reports_its_topk_and_no_device_traffic(model_file, work, engine_ar, engine_tree):
+    """The CPU backend's report: the drafter's top-k by the CPU op (`none` in AR mode), its time inside the
+    drafter's, every traffic counter zero; --host-topk (the CPU op on any backend) changes nothing here."""
+    assert engine_tree["metadata"]["draft_topk"] == "cpu" and engine_ar["metadata"]["draft_topk"] == "none"
+    for run in (engine_ar, engine_tree):
+        for phase in decoding.IO_PHASES:
+            assert set(decoding.traffic(run, phase).values()) == {0}, phase
+    assert 0 < float(engine_tree["time_draft_topk"]) <= float(engine_tree["time_drafter"])
+    prompts = make_prompts(N_PROMPTS)[:3]
+    kw = {"budget": BUDGET, "depth": DEPTH, "noise": NOISE}
+    host = decoding.engine_decode(model_file, prompts, work / "host", mode="ddtree", max_new=16, host_topk=True, **kw)
+    plain = decoding.engine_decode(model_file, prompts, work / "plain", mode="ddtree", max_new=16, **kw)
+    for name in ("tokens", "accept_lens", "path_max_rank"):
+        assert_bit_exact(host[name], plain[name], what=name, spec_id="EN.5.3")
+
+
 @pytest.mark.spec("EN.1.2")
 def test_decode_bad_inputs_are_named(engine_built, model_file, tmp_path):
     import subprocess

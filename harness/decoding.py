@@ -26,6 +26,16 @@ N_PROMPTS, MAX_NEW = 20, 64
 BUDGET, DEPTH, NOISE = 16, 8, 0.5
 
 
+# The decode's host<->device traffic (spec/engine.md EN.5.3): io_<phase>_<counter> int64 scalars per phase.
+IO_PHASES = ("decode", "drafter", "draft_topk", "tree_build", "tree_accept")
+IO_COUNTERS = ("h2d_bytes", "d2h_bytes", "h2d_copies", "d2h_copies", "syncs")
+
+
+def traffic(run: dict, phase: str) -> dict[str, int]:
+    """One phase's host<->device traffic in a decode's output (engine_decode), counter -> count."""
+    return {c: int(run[f"io_{phase}_{c}"]) for c in IO_COUNTERS}
+
+
 def make_prompts(n: int, seed: int = 0) -> list[list[int]]:
     """n seeded prompts of 4-16 token ids of the tiny model's vocabulary."""
     from reference.model import Config
@@ -49,16 +59,17 @@ def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def engine_decode(model: pathlib.Path, prompts, workdir: pathlib.Path, *, mode: str, max_new: int, **opts) -> dict:
-    """`kdtree-engine decode` on these prompts; opts: budget, depth, noise, draft_temp, seed, threads,
-    dump_cache (True adds --dump-cache). Raises RuntimeError with the engine's message on failure."""
+    """`kdtree-engine decode` on these prompts; opts: budget, depth, noise, draft_temp, seed, threads, device,
+    variant, and the flags dump_cache and host_topk (True adds --dump-cache, --host-topk). Raises RuntimeError
+    with the engine's message on failure."""
     workdir.mkdir(parents=True, exist_ok=True)
     prompt_file, out = workdir / f"prompts-{mode}.kdtr", workdir / f"engine-{mode}.kdtr"
     write_prompts(prompt_file, prompts)
     cmd = [str(tools.binary("kdtree-engine")), "decode", "--model", str(model), "--prompt", str(prompt_file)]
     cmd += ["--mode", mode, "--max-new", str(max_new), "--out", str(out)]
     for k, val in opts.items():
-        if k == "dump_cache":
-            cmd += ["--dump-cache"] if val else []
+        if isinstance(val, bool):  # a flag
+            cmd += [f"--{k.replace('_', '-')}"] if val else []
         else:
             cmd += [f"--{k.replace('_', '-')}", str(val)]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
