@@ -276,7 +276,15 @@ def test_cuda_host_topk_moves_nothing_for_the_topk(request, model_file, work, cu
 
     eq = decoding.greedy_equivalence(make_prompts(N_PROMPTS), MAX_NEW, before, after, rerun)
     decoding.report(request, "engine-cuda ddtree, draft_topk kernel vs --host-topk", eq)
-    request.node.user_properties.append(("traffic_per_round", {"before": per_round(before), "after": per_round(after)}))
+    rates = {"before": per_round(before), "after": per_round(after)}
+    request.node.user_properties.append(("traffic_per_round", rates))
+    for name, r in rates.items():
+        io, tk = r["decode"], r["draft_topk"]
+        print(
+            f"traffic per round, {name} (B={BUDGET}): H2D {io['h2d_bytes']:.0f} B in {io['h2d_copies']:.1f} copies, "
+            f"D2H {io['d2h_bytes']:.0f} B in {io['d2h_copies']:.1f} copies, {io['syncs']:.1f} syncs; of which the "
+            f"top-k H2D {tk['h2d_bytes']:.0f} B, D2H {tk['d2h_bytes']:.0f} B, {tk['syncs']:.1f} syncs"
+        )
     assert not eq.failures, eq.summary()
 
 

@@ -1,7 +1,8 @@
 """Numbers of the C++ engine on the tiny MLA+MoE model, per device (--device cpu, the default, and/or cuda):
 AR and DDTree tokens per second (the drafter's own time apart, since it runs the target ahead), mean
-acceptance per budget, each op's share of a DDTree step, and the C++ tree builder (libkdtree_cpu through
-ctypes) against the Python heapq reference.
+acceptance per budget, each op's share of a DDTree step, on cuda the host<->device traffic per round with the
+drafter's top-k by the draft_topk kernel and by the CPU op (--host-topk, the path before), and the C++ tree
+builder (libkdtree_cpu through ctypes) against the Python heapq reference.
 
     python -m tools.engine_numbers OUT_DIR [--device cpu] [--device cuda] [--prompts 20] [--max-new 64]
         [--threads 0] [--repeat 3]
@@ -53,12 +54,16 @@ def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
     ps = prompts(args.prompts)
     tokens = len(ps) * args.max_new
     runs = {}
-    for mode, budget in [("ar", 0), *(("ddtree", b) for b in BUDGETS)]:
-        opts = {"threads": args.threads, "device": dev}
+    # on cuda each DDTree budget runs twice: the draft_topk kernel, then the CPU op (--host-topk, the path before)
+    plan = [("ar", 0, False), *(("ddtree", b, False) for b in BUDGETS)]
+    plan += [("ddtree", b, True) for b in BUDGETS] if dev == "cuda" else []
+    for mode, budget, host_topk in plan:
+        opts = {"threads": args.threads, "device": dev, "host_topk": host_topk}
         if mode == "ddtree":
             opts |= {"budget": budget, "depth": DEPTH, "noise": NOISE}
+        key = f"{mode}{budget}" + ("_host_topk" if host_topk else "")
         trials = [
-            decoding.engine_decode(model, ps, work / f"{dev}{mode}{budget}", mode=mode, max_new=args.max_new, **opts)
+            decoding.engine_decode(model, ps, work / f"{dev}{key}", mode=mode, max_new=args.max_new, **opts)
             for _ in range(args.repeat)
         ]
         r = sorted(trials, key=lambda t: float(t["time_decode"]))[len(trials) // 2]
@@ -68,6 +73,7 @@ def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
         row = {
             "mode": mode,
             "budget": budget,
+            "draft_topk": r["metadata"]["draft_topk"],
             "tokens": tokens,
             "rounds": int(acc.size),
             "decode_s": t["decode"],
@@ -81,12 +87,15 @@ def decode_numbers(work: pathlib.Path, args, dev: str) -> dict:
             "op_seconds": {op: t[op] for op in OPS},
             "op_share_of_step": {op: t[op] / step for op in OPS},
             "all_decode_s": sorted(float(x["time_decode"]) for x in trials),
+            "draft_topk_s": t["draft_topk"],
+            "decode_rounds": int(r["rounds"].max()),
+            "io": {ph: decoding.traffic(r, ph) for ph in decoding.IO_PHASES},
         }
         if mode == "ddtree":
             ar = runs["ar0"]
             row["equals_ar_tokens"] = bool(np.array_equal(r["tokens"], ar["_tokens"]))
         row["_tokens"] = r["tokens"]
-        runs[f"{mode}{budget}"] = row
+        runs[key] = row
     for row in runs.values():
         row.pop("_tokens")
     return {
@@ -152,8 +161,9 @@ def markdown(res: dict) -> str:
 
 def decode_markdown(dec: dict) -> list[str]:
     gpu_note = (
-        " On cuda the whole step runs on the GPU (the ops by the kernels, every matmul by the engine's own "
-        "kernels), host to device copies included; norms, RoPE, routing and the drafter's top-k stay on the host."
+        " On cuda the whole step runs on the GPU (the ops and the drafter's top-k by the kernels, every matmul by "
+        "the engine's own kernels), host to device copies included; norms, RoPE and routing stay on the host; "
+        "`top-k` cpu rows are the same decode with the drafter's top-k by the CPU op (--host-topk)."
         if dec["device"] == "cuda"
         else ""
     )
@@ -167,15 +177,16 @@ def decode_markdown(dec: dict) -> list[str]:
         f"{dec['max_new']} new tokens each, all prompts batched; drafter depth {DEPTH}, noise {NOISE}. "
         "Times are the engine's own (steady clock around each phase), median of the repeats." + gpu_note,
         "",
-        "| mode | B | tok/s | tok/s without drafter | drafter s | decode s | accepted drafts/round | "
-        "tokens/round | rounds off the first branch | = AR |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| mode | B | top-k | tok/s | tok/s without drafter | drafter s | top-k s | decode s | "
+        "accepted drafts/round | tokens/round | rounds off the first branch | = AR |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in dec["runs"].values():
         dd = r["mode"] == "ddtree"
         lines.append(
-            f"| {r['mode']} | {r['budget'] if dd else '-'} | {r['tokens_per_s']:.1f} | "
-            f"{r['tokens_per_s_without_drafter']:.1f} | {r['drafter_s']:.2f} | {r['decode_s']:.2f} | "
+            f"| {r['mode']} | {r['budget'] if dd else '-'} | {_topk_label(r)} | {r['tokens_per_s']:.1f} | "
+            f"{r['tokens_per_s_without_drafter']:.1f} | {r['drafter_s']:.2f} | {r['draft_topk_s']:.3f} | "
+            f"{r['decode_s']:.2f} | "
             f"{r['mean_accepted_drafts']:.2f} | {r['tokens_per_round']:.2f} | "
             f"{r['off_first_branch_rounds']:.0%} | {'yes' if r.get('equals_ar_tokens', True) else 'NO'} |"
         )
@@ -185,16 +196,48 @@ def decode_markdown(dec: dict) -> list[str]:
         "attention is tree_verify, tree_accept's walk and commit on every layer; `model` is the rest of the "
         "forward: projections, MoE, norms, lm_head, argmax):",
         "",
-        "| mode | B | tree_build | tree_verify | tree_accept | model |",
-        "|---|---|---|---|---|---|",
+        "| mode | B | top-k | tree_build | tree_verify | tree_accept | model |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in dec["runs"].values():
         s = r["op_share_of_step"]
         lines.append(
-            f"| {r['mode']} | {r['budget'] or '-'} | {s['tree_build']:.2%} | {s['tree_verify']:.1%} | "
-            f"{s['tree_accept']:.2%} | {s['model']:.1%} |"
+            f"| {r['mode']} | {r['budget'] or '-'} | {_topk_label(r)} | {s['tree_build']:.2%} | "
+            f"{s['tree_verify']:.1%} | {s['tree_accept']:.2%} | {s['model']:.1%} |"
         )
+    if dec["device"] == "cuda":
+        lines += ["", *traffic_markdown(dec)]
     return [*lines, ""]
+
+
+def _topk_label(run: dict) -> str:
+    """What ran the drafter's top-k: cpu, the kernel variant (draft_topk:VARIANT), or - (AR)."""
+    return {"none": "-", "cpu": "cpu"}.get(run["draft_topk"], run["draft_topk"].removeprefix("cuda "))
+
+
+def traffic_markdown(dec: dict) -> list[str]:
+    """The host<->device traffic per decode round (a round runs every unfinished request): the whole loop's and
+    the drafter's top-k's, as the engine counted them (spec/engine.md EN.5.3)."""
+    lines = [
+        "Host↔device traffic per decode round, counted by the engine at the CUDA backend's copies, frees and "
+        "synchronisations (syncs: every call after which the host waits for the GPU, each synchronous copy "
+        "included): the whole round, and inside it the drafter's top-k (`--host-topk`: the CPU op, the path "
+        "before the kernel).",
+        "",
+        "| mode | B | top-k | round H2D KiB | round D2H KiB | round copies | round syncs | top-k H2D KiB | "
+        "top-k D2H KiB | top-k syncs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in dec["runs"].values():
+        n = r["decode_rounds"]
+        io, tk = r["io"]["decode"], r["io"]["draft_topk"]
+        lines.append(
+            f"| {r['mode']} | {r['budget'] or '-'} | {_topk_label(r)} | {io['h2d_bytes'] / n / 1024:.1f} | "
+            f"{io['d2h_bytes'] / n / 1024:.1f} | {(io['h2d_copies'] + io['d2h_copies']) / n:.1f} | "
+            f"{io['syncs'] / n:.1f} | {tk['h2d_bytes'] / n / 1024:.1f} | {tk['d2h_bytes'] / n / 1024:.1f} | "
+            f"{tk['syncs'] / n:.1f} |"
+        )
+    return lines
 
 
 def tree_build_markdown(tb: list[dict]) -> list[str]:

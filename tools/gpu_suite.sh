@@ -112,7 +112,7 @@ stage_engine_cuda() {
   run engine_cuda_equivalence timeout -k 30 "$LIMIT" "$PY" -m pytest conformance/test_engine_cuda.py \
       conformance/test_decode_ties.py --require-gpu \
       --require-tools -n 4 -q -p no:cacheprovider -rA --report-dir "$OUT/logs/engine_cuda_equivalence"
-  grep -hE 'vs|bit-exact|acceptance' "$OUT/logs/engine_cuda_equivalence.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  grep -hE 'vs|bit-exact|acceptance|traffic' "$OUT/logs/engine_cuda_equivalence.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
   run engine_numbers timeout -k 30 "$LIMIT" "$PY" -m tools.engine_numbers "$OUT/engine-numbers" --device cuda \
       --device cpu --repeat 1
 }

@@ -31,7 +31,8 @@ const Gpu& gpu();
 
 // Host<->device traffic and host waits, counted at the calls below that make them (this process, every
 // thread). Every copy, free and synchronisation of the CUDA backend goes through them, so the counts are
-// measured where the work is done.
+// measured where the work is done. Launches, cudaMalloc and cudaMemset of device memory are not counted: CUDA
+// does not document them as waiting for the device.
 DeviceTraffic traffic();
 // cudaMemcpy (host to device / device to host): each one is also a wait for the device (CUDA's "API
 // synchronization behavior": a synchronous copy from pageable memory synchronises the stream first, and one to
