@@ -87,7 +87,6 @@ class Decoder {
     const auto t0 = Clock::now();
     for (int64_t b = 0; b < bs_; ++b) prefill(b);
     r_.prefill = since(t0);
-    // --host-topk: the CPU op whatever the backend (a qualified call: the base class's draft_topk is the CPU's)
     r_.draft_topk_source = s_.host_topk ? comp_.Compute::draft_topk_source() : comp_.draft_topk_source();
     {
       const Phase loop(comp_, r_.decode, r_.io_decode);
@@ -166,6 +165,7 @@ class Decoder {
     lp.resize(sz(n * L * K));
     ids.resize(sz(n * L * K));
     const Phase topk(comp_, r_.draft_topk, r_.io_draft_topk);
+    // --host-topk: the CPU op on any backend (the base class's draft_topk, by a qualified call)
     if (s_.host_topk)
       comp_.Compute::draft_topk(seq.data(), n * L, V, K, lp.data(), ids.data());
     else
