@@ -192,14 +192,16 @@ class _Call:
         # one combine kernel (and one plan kernel) for both: portable's
         self.portable = specs.get(self.spec.slug, PORTABLE) if self.name == SM90A else self.spec
 
-    def check_plan(self, split_chunk, slots: int, most: int) -> None:
-        """The plan's grid and partial outputs within bounds (InputError naming split_chunk otherwise)."""
+    def check_plan(self, split_chunk, slots: int, most: int, max_context=None) -> None:
+        """The plan's grid and partial outputs within bounds: InputError otherwise, naming split_chunk when it was
+        forced, else max_context (a deferred call's partial outputs are sized for it)."""
+        cause = (f"split_chunk: {split_chunk} keys per split" if split_chunk is not None or max_context is None
+                 else f"max_context: {max_context} keys")  # fmt: skip
         if most > MAX_GRID_Y:
-            raise InputError(f"split_chunk: {split_chunk} keys per split gives {most} splits, more than {MAX_GRID_Y}")
+            raise InputError(f"{cause} gives {most} splits, more than {MAX_GRID_Y}")
         QH = self.Q * self.H
         if slots * QH * (limits.LATENT + 1) * 4 > MAX_PARTIAL_BYTES:
-            raise InputError(f"split_chunk: {split_chunk} keys per split needs {slots} partial outputs of {QH} rows, "
-                             f"more than {MAX_PARTIAL_BYTES} bytes")  # fmt: skip
+            raise InputError(f"{cause} needs {slots} partial outputs of {QH} rows, more than {MAX_PARTIAL_BYTES} bytes")
 
     def stage(self, slots: int, most: int, plan_buffers) -> tuple:
         """Inputs, outputs and scratch on the device; plan_buffers(staging) -> {"chunk", "first"} device pointers,
@@ -278,7 +280,7 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, **k
     var = geometry.tree_verify_variant(call.name)
     most = geometry.tree_verify(max_context, Q * call.H, var, split_chunk or 0, budget=call.budget)["max_splits"]
     slots = bs * most if most > 1 else 0
-    call.check_plan(split_chunk, slots, most)
+    call.check_plan(split_chunk, slots, most, max_context)
     max_pages = d["max_pages"]
     pad = max(0, -(-Q // d["page_size"]) - max_pages)  # a refused request's tree rows, planned at length 0
     plan: dict = {}
