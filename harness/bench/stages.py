@@ -14,10 +14,10 @@ STAGES = {
     "verify_peers": "ceilings, tree_verify on chains beside FlashMLA and FlashInfer MLA (fa3, fa2): H 16/64/128 x "
     "Q 1..64 x prefix 8k/32k x bs 1/32/128, 0.3 s per measurement (duration MODELLED ~8 min: not yet run)",
     "draft_topk_bf16": "ceilings, draft_topk on bf16 logits (V x L x K x bs) with its comparators (torch.topk + "
-    "logsumexp on bf16 and after a cast to fp32, flashinfer.top_k + logsumexp); sized for ~8 min (MODELLED: not yet "
-    "run)",
-    "draft_topk_fp32": "ceilings, draft_topk on fp32 logits (the same grid) with its comparators; sized for ~8 min "
-    "(MODELLED: not yet run)",
+    "logsumexp on bf16 and after a cast to fp32, flashinfer.top_k + logsumexp), 0.1 s per measurement; ~6.5 min "
+    "(an H100, 2026-12-06: 373 s)",
+    "draft_topk_fp32": "ceilings, draft_topk on fp32 logits (the same grid) with its comparators, 0.1 s per "
+    "measurement; ~7 min (an H100, 2026-12-06: about 400 s)",
     "gate": "ceilings and a few tree_build cases without comparators (the gate's reruns); ~40 s",
     "gate_fallback": "ceilings and the tree_build select variants at two cells without comparators, their fallback "
     "rates (the fallback gate's runs: normal and planted); ~15 s a run (MODELLED from the gate's: not yet run)",
