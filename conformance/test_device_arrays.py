@@ -306,6 +306,65 @@ def test_tree_accept_deferred_checks_shapes_on_the_host(impl):
         ops.prepare_deferred("tree_accept", variant, **{**dev, "block_table": None})
 
 
+@pytest.mark.spec("TA.4.5")
+@pytest.mark.parametrize("state", ["clear", "refused", "flag_already_set"])
+def test_tree_accept_advance_and_shared_flag(impl, state):
+    """The step's advance: an accepted call moves prefix_lens to new_lens and the roots to bonus in place, after its
+    commit; a refused call, or one whose shared flag another op already set, walks, commits and advances nothing,
+    and the shared flag is never cleared."""
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_accept")
+    cp = _lib(impl, "cupy")
+    args = _accept_args(np.random.default_rng(29))
+    if state == "refused":
+        TA_DEFERRED_BAD["negative_target"][0](args)
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    roots = cp.asarray(np.array([11, 12, 13], np.int32))
+    flag = cp.asarray(np.array([1 if state == "flag_already_set" else 0], np.uint32))
+    p = ops.prepare_deferred("tree_accept", variant, **dev, error_flag=flag, advance_roots=roots)
+    try:
+        _replayed_once(p)
+        p.sync()
+        got = p.outputs()
+    finally:
+        p.staging.close()
+    if state != "clear":
+        assert int(flag.get()[0]) != 0, "the shared flag was cleared"
+        for name, want in (("prefix_lens", args["prefix_lens"]), ("advance_roots", np.array([11, 12, 13], np.int32)),
+                           ("kv_cache", args["kv_cache"])):  # fmt: skip
+            x = roots if name == "advance_roots" else dev[name]
+            assert_bit_exact(x.get(), want, what=f"{name} (refused: untouched)", spec_id="TA.4.5")
+        return
+    assert int(flag.get()[0]) == 0
+    kv_want = args["kv_cache"].copy()
+    want = ops.function("tree_accept", variant)(**{**args, "kv_cache": kv_want})
+    for f in Accept.FIELDS:
+        assert_bit_exact(to_host("cupy", getattr(got, f)), getattr(want, f), what=f, spec_id="TA.4.5")
+    assert_bit_exact(dev["kv_cache"].get(), kv_want, what="kv_cache (the commit, before the advance)", spec_id="TA.4.5")
+    assert_bit_exact(dev["prefix_lens"].get(), want.new_lens, what="prefix_lens (advanced)", spec_id="TA.4.5")
+    assert_bit_exact(roots.get(), want.bonus, what="advance_roots (the bonus)", spec_id="TA.4.5")
+
+
+@pytest.mark.spec("TA.4.5")
+def test_tree_accept_advance_arguments_are_checked(impl):
+    from kernels_cu import ops
+
+    variant = _deferred_variant(impl, "tree_accept")
+    cp = _lib(impl, "cupy")
+    args = _accept_args(np.random.default_rng(31))
+    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    with pytest.raises(InputError, match=r"advance_roots: shape \(2,\) dtype int32, expected int32 \(3,\)"):
+        ops.prepare_deferred("tree_accept", variant, **dev, advance_roots=cp.zeros(2, cp.int32))
+    with pytest.raises(InputError, match=r"advance_roots: deferred checks take device arrays"):
+        ops.prepare_deferred("tree_accept", variant, **dev, advance_roots=np.zeros(3, np.int32))
+    walk_only = {k: v for k, v in dev.items() if k not in ("kv_cache", "block_table", "prefix_lens")}
+    with pytest.raises(InputError, match=r"advance_roots: the advance moves prefix_lens, so it needs the commit"):
+        ops.prepare_deferred("tree_accept", variant, **walk_only, advance_roots=cp.zeros(3, cp.int32))
+    with pytest.raises(InputError, match=r"error_flag: shape \(2,\) dtype uint32, expected one int32 or uint32"):
+        ops.prepare_deferred("tree_accept", variant, **dev, error_flag=cp.zeros(2, cp.uint32))
+
+
 @pytest.mark.spec("TV.3.6")
 @pytest.mark.parametrize("lib_name,dtype", [("cupy", "fp32"), ("torch", "fp32"), ("torch", "bf16")])
 def test_tree_verify_device_arrays(impl, lib_name, dtype):

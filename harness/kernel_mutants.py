@@ -144,6 +144,8 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = k == 0; }",
         "if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = 1; }",
     ),
+    # the step's advance (TA.4.5, spec/step.md): the prefix moves by the accepted drafts alone, not the root's row too
+    "k_ta_advance_off_by_one": ("tree_accept", "advance_lens[b] = P + 1 + n;", "advance_lens[b] = P + n;"),
     # draft_topk: the tie order, the log-sum-exp, -inf, the radix passes, the row stride, the zeros
     "k_dt_ties_higher_id": ("draft_topk", "#define DT_ID_BITS(id) (~(id))", "#define DT_ID_BITS(id) (id)"),
     "k_dt_lse_row_truncated": (  # a split's sum (load_split: one-block rows and splits) leaves out each thread's
@@ -574,8 +576,9 @@ def pytest_configure(config):
 
 
 def judged_first(slug: str) -> tuple[str, ...]:
-    """The conformance files a mutant of op `slug` is judged on first (most mutants die there in seconds)."""
-    return (f"test_{slug}.py", "test_fixtures.py")
+    """The conformance files a mutant of op `slug` is judged on first (most mutants die there in seconds; the
+    device-array tests hold every op's deferred path and the step's advance)."""
+    return (f"test_{slug}.py", "test_fixtures.py", "test_device_arrays.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -306,25 +306,12 @@ def _destroy(graphs) -> None:
 
 
 def capture(s, calls) -> tuple:
-    """The enqueue-only callables `calls`, captured in order from stream `s` into a CUDA graph: (graph, its
-    executable); RuntimeError naming what failed when a call does something a capture refuses (it allocates or
-    synchronises). The caller destroys both (cuGraphExecDestroy, cuGraphDestroy)."""
-    driver = _driver()
-    _ok(driver.cuStreamBeginCapture(s.handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
-    failed = None
-    try:
-        for f in calls:
-            f()
-    except Exception as e:  # the launch did something a capture refuses: end the capture, report it
-        failed = e
-    finally:
-        graph = _ok(driver.cuStreamEndCapture(s.handle))
-    if failed is not None:
-        if graph is not None:
-            _ok(driver.cuGraphDestroy(graph))
-        raise RuntimeError(f"{type(failed).__name__}: {failed}")
-    exe = _ok(driver.cuGraphInstantiate(graph, 0))
-    return graph, exe
+    """The enqueue-only callables `calls`, captured in order from stream `s` into a CUDA graph (runtime.capture_graph):
+    (graph, its executable); RuntimeError naming what failed when a call does something a capture refuses. The
+    caller destroys both (cuGraphExecDestroy, cuGraphDestroy)."""
+    from kernels_cu import runtime
+
+    return runtime.capture_graph(s, calls)
 
 
 def _flushed(launches, flush_bytes, policy, clock):

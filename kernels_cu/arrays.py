@@ -79,6 +79,18 @@ def device_call(contract, named: dict) -> tuple[str | None, object, dict, dict]:
     return lib, like, dev, infos
 
 
+def shared_flag(error_flag) -> DeviceArray | None:
+    """A deferred call's `error_flag=`: None (the call makes its own flag and resets it at each launch), or the
+    caller's device array of one 4-byte word, which the call's device checks set and never clear: calls that share
+    it (one DDTree step, kernels_cu/step.py) see each other's refusals, and it stays set until the caller clears it."""
+    if error_flag is None:
+        return None
+    d = device_only("error_flag", error_flag)
+    if d.shape != (1,) or d.dtype.itemsize != 4 or d.dtype.kind not in "iu":
+        raise InputError(f"error_flag: shape {d.shape} dtype {d.dtype}, expected one int32 or uint32 word (shape (1,))")
+    return d
+
+
 def host_copies(contract, named: dict) -> dict:
     """A deferred call's arguments for the contract's full validate(), when its device check failed: host copies of
     the arrays whose values it reads, the shape and dtype of the others (a cache is not copied)."""
@@ -147,6 +159,7 @@ class Staging:
                 np.dtype(np.int32): torch.int32,
                 np.dtype(np.float32): torch.float32,
                 np.dtype(np.float64): torch.float64,
+                np.dtype(np.float16): torch.float16,
                 np.dtype(np.uint32): torch.int32,
                 np.dtype(np.uint8): torch.bool,
                 BF16: torch.bfloat16,
@@ -226,7 +239,17 @@ class Deferred(Prepared):
 
     def __init__(self, staging, launch, collect, flag: int, revalidate, slug: str):
         super().__init__(staging, launch, lambda: (self.check(), collect())[1])
-        self._flag, self._revalidate, self._slug = flag, revalidate, slug
+        self._flag, self._revalidate, self._slug, self._unchecked = flag, revalidate, slug, collect
+
+    def outputs(self):
+        """The output arrays as they are on the device, without waiting or checking (device inputs give device
+        outputs): the inputs of the next op of a step, enqueued behind this one on the same stream."""
+        return self._unchecked()
+
+    def validate_on_host(self):
+        """The contract's validate() on host copies of the inputs as they are now: the named error where a value
+        is refused (a step asks each op in turn which one set a shared flag)."""
+        self._revalidate()
 
     def check(self):
         self.sync()

@@ -24,6 +24,7 @@ from .arrays import (
     host_copies,
     launch_kernel,
     run,
+    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -54,14 +55,17 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     return Prepared(st, launch, collect)
 
 
-def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+def prepare_deferred(spec: KernelSpec, *args, error_flag=None, **kwargs) -> Deferred:
     """Set up a draft_topk call on device-resident logits (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a NaN or +inf logit raises the same InputError as prepare()
-    would, from check() / results() after the launch."""
+    would, from check() / results() after the launch. error_flag: a caller's flag word shared with other calls and
+    never reset by this one (arrays.shared_flag)."""
     named = DRAFT_TOPK.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(DRAFT_TOPK, named)
     checked = DRAFT_TOPK.validate_shapes(**infos)
-    st, launch, collect, flag = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=True)
+    shared = shared_flag(error_flag)
+    st, launch, collect, flag = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=True,
+                                       shared=shared)  # fmt: skip
 
     def revalidate():  # raises the named error, with the first bad index
         DRAFT_TOPK.validate(**host_copies(DRAFT_TOPK, named))
@@ -69,10 +73,10 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     return Deferred(st, launch, collect, flag, revalidate, "draft_topk")
 
 
-def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool) -> tuple:
+def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool, shared=None) -> tuple:
     """The buffers and the launch of a checked call on logits `x` (numpy or device): (staging, launch, collect,
     flag). flag: a device error flag for the kernels' NaN / +inf check, reset by each launch (its pointer is
-    returned); else none (0: the kernels check nothing)."""
+    returned), or the caller's `shared` one, never reset; else none (0: the kernels check nothing)."""
     bs, L, V = (dims[s] for s in ("bs", "L", "V"))
     name = _DTYPES[np.dtype(x.dtype)]
     rows = bs * L
@@ -84,7 +88,7 @@ def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool) -> tu
         logp = st.output((bs, L, K), np.float32)
         ids = st.output((bs, L, K), np.int32)
         ws = st.scratch(geo["workspace_bytes"]) if geo["splits"] > 1 and rows else 0
-        flag_ptr = st.scratch(4) if flag else 0
+        flag_ptr = (shared.ptr if shared else st.scratch(4)) if flag else 0
     except BaseException:
         st.close()
         raise
@@ -92,7 +96,7 @@ def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool) -> tu
     ws_lse = ws + rows * splits * geo["kept"] * 8  # the (max, sum) pairs after the candidate keys
 
     def launch():
-        if flag_ptr:
+        if flag_ptr and not shared:
             check(driver().cuMemsetD32Async(flag_ptr, 0, 1, st.g.stream.handle))
         if rows == 0:  # L = 0: nothing to select
             return

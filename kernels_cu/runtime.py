@@ -332,3 +332,39 @@ def geometry(spec: KernelSpec, args: tuple, n_out: int) -> tuple[int, ...]:
         return tuple(int(x) for x in out)
     finally:
         buf.close(g.stream)
+
+
+def capture_graph(stream, calls) -> tuple:
+    """The enqueue-only callables `calls`, captured in order from `stream` into a CUDA graph: (graph, its
+    executable); RuntimeError naming what failed when a call does something a capture refuses (it allocates or
+    synchronises). The caller destroys both (destroy_graph)."""
+    from cuda.bindings import driver
+
+    def ok(res):
+        err, *rest = res if isinstance(res, tuple) else (res,)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"CUDA error {err.name}")
+        return rest[0] if len(rest) == 1 else (rest or None)
+
+    ok(driver.cuStreamBeginCapture(stream.handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+    failed = None
+    try:
+        for f in calls:
+            f()
+    except Exception as e:  # the launch did something a capture refuses: end the capture, report it
+        failed = e
+    finally:
+        graph = ok(driver.cuStreamEndCapture(stream.handle))
+    if failed is not None:
+        if graph is not None:
+            ok(driver.cuGraphDestroy(graph))
+        raise RuntimeError(f"{type(failed).__name__}: {failed}")
+    return graph, ok(driver.cuGraphInstantiate(graph, 0))
+
+
+def destroy_graph(graph, exe) -> None:
+    """Free what capture_graph made."""
+    from cuda.bindings import driver
+
+    driver.cuGraphExecDestroy(exe)
+    driver.cuGraphDestroy(graph)

@@ -103,9 +103,13 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
     int* __restrict__ new_lens,
     // commit (kv == nullptr: walk only)
     uint4* __restrict__ kv, int row_vec,  // cache rows as 16-byte vectors: row_vec = 576 * itemsize / 16
-    int page_size, const int* __restrict__ block_table, int max_pages, const int* __restrict__ prefix_lens,
+    // prefix_lens is not __restrict__: the step's advance writes it through advance_lens
+    int page_size, const int* __restrict__ block_table, int max_pages, const int* prefix_lens,
+    // the step's advance (kernels_cu/step.py; nullptr: none): advance_lens (= prefix_lens) ← new_lens and
+    // advance_roots ← bonus, in place, after the commit has read prefix_lens[b] (only this block reads it)
+    int* advance_lens, int* __restrict__ advance_roots,
     const unsigned* __restrict__ flag) {  // the deferred path's error flag (nullptr: checked on the host)
-  if (flag != nullptr && *flag) return;  // refused by tree_accept_check_kernel: nothing is walked or written
+  if (flag != nullptr && *flag) return;  // refused: nothing is walked, written or advanced
   extern __shared__ int sm[];
   int* s_tok = sm;           // [D]
   int* s_tgt = s_tok + D;    // [D]
@@ -163,10 +167,9 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
     accept_path[size_t(b) * (L + 1) + j] = j <= n ? s_path[j] : -1;
     emitted[size_t(b) * (L + 1) + j] = j < n ? s_tok[s_path[j + 1]] : (j == n ? s_tgt[s_path[n]] : -1);
   }
-  if (kv == nullptr || n == 0) return;
-  const int P = prefix_lens[b];
+  const int P = kv ? prefix_lens[b] : 0;
   const int* bt = block_table + size_t(b) * max_pages;
-  for (int col = tid; col < row_vec; col += blockDim.x) {
+  for (int col = tid; kv != nullptr && n > 0 && col < row_vec; col += blockDim.x) {
     // fully unrolled over the maximum depth so `v` stays in registers; all loads are in flight together
     uint4 v[CONTRACT_MAX_DEPTH];
 #pragma unroll
@@ -182,6 +185,13 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK) tree_accept_kernel(
         const int p = P + j + 1;
         kv[(size_t(bt[p / page_size]) * page_size + p % page_size) * row_vec + col] = v[j];
       }
+    }
+  }
+  if (advance_lens != nullptr) {
+    __syncthreads();  // every thread has read prefix_lens[b] (P) before it is overwritten
+    if (tid == 0) {
+      advance_lens[b] = P + 1 + n;
+      advance_roots[b] = s_tgt[s_path[n]];
     }
   }
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import TREE_ACCEPT, Accept, limits
+from contract import TREE_ACCEPT, Accept, InputError, limits
 
 from . import geometry
 from .arrays import (
@@ -17,10 +17,12 @@ from .arrays import (
     check,
     check_aligned,
     device_call,
+    device_only,
     driver,
     host_copies,
     launch_kernel,
     run,
+    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -41,15 +43,31 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     return Prepared(st, walk, collect)
 
 
-def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
+def prepare_deferred(spec: KernelSpec, *args, error_flag=None, advance_roots=None, **kwargs) -> Deferred:
     """Set up a tree_accept call on device-resident inputs (cupy, torch) with the value checks on the device (spec
     TA.4.4). The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare()
     would, from check() / results() after the launch, and then nothing was walked or committed. The launch is
-    capturable; the commit writes the caller's device cache in place."""
+    capturable; the commit writes the caller's device cache in place.
+
+    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.shared_flag); a
+    flag set by any of them stops this walk and commit too. advance_roots: a device int32 [bs] array (a step's
+    root tokens, spec TA.4.5): an accepted call also advances in place, after its commit, prefix_lens to new_lens
+    and advance_roots to bonus, so the next round starts from them without leaving the device."""
     named = TREE_ACCEPT.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_ACCEPT, named)
     checked = TREE_ACCEPT.validate_shapes(**infos)
-    st, walk, collect, flag = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=True)
+    shared = shared_flag(error_flag)
+    roots = None
+    if advance_roots is not None:
+        if dev.get("kv_cache") is None:
+            raise InputError("advance_roots: the advance moves prefix_lens, so it needs the commit (kv_cache, "
+                             "block_table, prefix_lens)")  # fmt: skip
+        roots = device_only("advance_roots", advance_roots)
+        if roots.shape != (checked.dims["bs"],) or roots.dtype != np.int32:
+            raise InputError(f"advance_roots: shape {roots.shape} dtype {roots.dtype}, expected int32 "
+                             f"({checked.dims['bs']},) (one root token per request)")  # fmt: skip
+    st, walk, collect, flag = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=True,
+                                     shared=shared, roots=roots)  # fmt: skip
 
     def revalidate():  # raises the named error
         TREE_ACCEPT.validate(**host_copies(TREE_ACCEPT, named))
@@ -57,11 +75,14 @@ def prepare_deferred(spec: KernelSpec, *args, **kwargs) -> Deferred:
     return Deferred(st, walk, collect, flag, revalidate, "tree_accept")
 
 
-def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, deferred: bool) -> tuple:
+def _setup(
+    spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, deferred: bool, shared=None, roots=None
+) -> tuple:
     """The buffers and the launch of a call whose arguments passed the contract's checks (all of them, or, when
     `deferred`, those of validate_shapes()): (staging, launch, collect, flag). deferred: the launch first zeroes an
-    error flag (its device address is returned) and the commit's row bitmap, then runs tree_accept_check_kernel,
-    whose flag stops the walk and the commit; else the flag is 0 and the kernel checks nothing."""
+    error flag (its device address is returned; a caller's `shared` flag is not zeroed) and the commit's row bitmap,
+    then runs tree_accept_check_kernel, whose flag stops the walk and the commit; else the flag is 0 and the kernel
+    checks nothing. roots: the step's advance (prefix_lens and roots in place), else none."""
     bs, D = dims["bs"], dims["D"]
     kv = dev["kv_cache"]
     check_aligned("kv_cache", kv, "the commit copies 16-byte vectors")
@@ -90,21 +111,23 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, deferred:
                 st.input(dev["prefix_lens"]),
             )
             kv_rows = kv.shape[0] * kv.shape[1]
-        flag = st.scratch(4) if deferred else 0
+        flag = (shared.ptr if shared else st.scratch(4)) if deferred else 0
+        advance = (commit[5], roots.ptr) if roots is not None else (0, 0)
         # the check's bitmap of the cache's rows (an alias of two commit rows finds its bit set)
         words = (kv_rows + 31) // 32 if deferred else 0
         seen = st.scratch(4 * words) if words else 0
     except BaseException:
         st.close()
         raise
-    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit, flag)
+    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit, *advance, flag)
     check_args = (*ins, np.int32(D), np.int32(L), np.int64(kv_rows), commit[2], commit[3], commit[4], commit[5], seen,
                   flag)  # fmt: skip
 
     def launch():
         if deferred:
             stream = st.g.stream.handle
-            check(driver().cuMemsetD32Async(flag, 0, 1, stream))
+            if not shared:
+                check(driver().cuMemsetD32Async(flag, 0, 1, stream))
             if words:
                 check(driver().cuMemsetD32Async(seen, 0, words, stream))
             launch_kernel(spec, bs, smem, *check_args, entry="tree_accept_check_kernel")

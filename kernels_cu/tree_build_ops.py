@@ -23,6 +23,7 @@ from .arrays import (
     host_copies,
     launch_kernel,
     run,
+    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -44,25 +45,28 @@ def _prepare_checked(spec: KernelSpec, args, kwargs, race_min_b: int | None) -> 
     return Prepared(st, launch, collect), checked.dims
 
 
-def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, **kwargs) -> Deferred:
+def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, error_flag=None, **kwargs) -> Deferred:
     """Set up a tree_build call on device-resident inputs (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare() would,
-    from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens)."""
+    from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens).
+    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.shared_flag)."""
     named = TREE_BUILD.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_BUILD, named)
     dims = TREE_BUILD.validate_shapes(**infos).dims
+    shared = shared_flag(error_flag)
     if named["prefix_lens"] is None:
         dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
     st, ins, build, collect = _setup(spec, lib, like, dev, dims, race_min_b)
     try:
-        flag = st.scratch(4)
+        flag = shared.ptr if shared else st.scratch(4)
     except BaseException:
         st.close()
         raise
     L, K_in, B = (np.int32(dims[k]) for k in ("L", "K_in", "B"))
 
     def launch():
-        check(driver().cuMemsetD32Async(flag, 0, 1, st.g.stream.handle))
+        if not shared:
+            check(driver().cuMemsetD32Async(flag, 0, 1, st.g.stream.handle))
         launch_kernel(spec, dims["bs"], 0, *ins, L, K_in, B, flag, entry="tree_build_check_kernel")
         build()
 

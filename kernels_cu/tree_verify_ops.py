@@ -34,6 +34,7 @@ from .arrays import (
     host_copies,
     launch_kernel,
     run,
+    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -263,16 +264,18 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     return prepared
 
 
-def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, **kwargs) -> Deferred:
+def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, error_flag=None, **kwargs) -> Deferred:
     """Set up a tree_verify call on device-resident inputs (cupy, torch) with the value checks and the split plan on
     the device (spec TV.3.7), for requests of at most `max_context` keys (prefix_len + Q: the grid and the partial
     outputs are sized for it). The shape-only checks run here (InputError now); a bad value, or a request longer
     than max_context, raises the same InputError as prepare() would (or one naming max_context) from check() /
     results() after the launch. The launch (tree_verify_plan_kernel, the attention kernel, the combine kernel) is
-    capturable; good inputs give prepare()'s bits."""
+    capturable; good inputs give prepare()'s bits. error_flag: a caller's flag word shared with other calls and never
+    reset by this one (arrays.shared_flag)."""
     named = TREE_VERIFY.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_VERIFY, named)
     checked = TREE_VERIFY.validate_shapes(**infos)
+    shared = shared_flag(error_flag)
     split_chunk = _forced_chunk(split_chunk)
     call = _Call(spec, lib, like, dev, checked)
     d, bs, Q = checked.dims, call.bs, call.Q
@@ -287,7 +290,8 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, **k
 
     def plan_buffers(st):
         plan.update(chunk=st.scratch(8 * bs), first=st.scratch(8 * bs), lens=st.scratch(4 * bs),
-                    table=st.scratch(4 * (bs * max_pages + pad)), flag=st.scratch(4))  # fmt: skip
+                    table=st.scratch(4 * (bs * max_pages + pad)),
+                    flag=shared.ptr if shared else st.scratch(4))  # fmt: skip
         return plan
 
     st, attend, ins, out, lse = call.stage(slots, most, plan_buffers)
@@ -297,7 +301,8 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, **k
                  plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
 
     def launch():
-        check(driver().cuMemsetD32Async(plan["flag"], 0, 1, st.g.stream.handle))
+        if not shared:
+            check(driver().cuMemsetD32Async(plan["flag"], 0, 1, st.g.stream.handle))
         launch_kernel(call.portable, bs, 0, *plan_args, entry=PLAN_ENTRY)
         attend()
 

@@ -36,13 +36,14 @@ def test_mutants_run_what_the_conformance_stage_runs():
 
 
 def test_judging_runs_the_ops_own_tests_first(tmp_path):
-    """The judging command collects the op's tests, then the fixtures, then the rest of the selection."""
+    """The judging command collects the op's tests, then the fixtures and the device-array tests, then the rest."""
     name = "k_ta_last_match"
     cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path), "--collect-only"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     files = list(dict.fromkeys(re.findall(r"^(conformance/test_\w+\.py)::", out.stdout, re.M)))
-    assert files[:3] == ["conformance/test_tree_accept.py", "conformance/test_fixtures.py",
-                         "conformance/test_boundaries.py"], (files, out.stdout[-2000:])  # fmt: skip
+    assert files[:4] == ["conformance/test_tree_accept.py", "conformance/test_fixtures.py",
+                         "conformance/test_device_arrays.py", "conformance/test_boundaries.py"], (
+        files, out.stdout[-2000:])  # fmt: skip
 
 
 @pytest.mark.gpu

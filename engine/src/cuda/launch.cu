@@ -107,10 +107,11 @@ void launch_tree_accept(const Variant& v, const AcceptOnDevice& d) {
   const int32_t* bt = d.kv_cache ? d.block_table : nullptr;
   const int32_t* pre = d.kv_cache ? d.prefix_lens : nullptr;
   const unsigned* flag = nullptr;  // the values were checked on the host (the deferred path's flag is not used)
+  int* no_advance = nullptr;       // the decoder advances its lengths on the host (the step's advance is not used)
   void* args[] = {(void*)&d.tokens, (void*)&d.first_child, (void*)&d.next_sibling, (void*)&d.target_tokens,
                   (void*)&D, (void*)&L, (void*)&d.accept_len, (void*)&d.accept_path, (void*)&d.emitted,
                   (void*)&d.bonus, (void*)&d.new_lens, (void*)&d.kv_cache, &row_vec, &page_size, (void*)&bt,
-                  &max_pages, (void*)&pre, (void*)&flag};
+                  &max_pages, (void*)&pre, (void*)&no_advance, (void*)&no_advance, (void*)&flag};
   launch(v, "tree_accept_kernel", dim3(unsigned(d.bs)), dim3(unsigned(v.block)), smem, args);
 }
 
