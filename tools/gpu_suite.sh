@@ -7,7 +7,7 @@
 #   reports/<device>/<date>/ (reports/README.md).
 #   stages: conformance mutants sanitizer perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep
 #           perf_draft_topk_bf16 perf_draft_topk_fp32 gate gate_fallback baseline report scaling engine_cuda tb_dev
-#           dt_dev perf_verify_peers
+#           dt_dev perf_verify_peers perf_step
 #   gate_fallback: the tree_build select variants' fallback rates, gated exactly: two runs of their cases at two cells
 #           (--perf-stage gate_fallback) must give the same rates, and a run of a planted build whose every selection
 #           fails its check (slow_tb_always_fallback, harness/kernel_mutants.py) must fail
@@ -35,8 +35,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT=${1:?usage: tools/gpu_suite.sh OUT [stages]}; shift
-PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep perf_draft_topk_bf16 perf_draft_topk_fp32 gate
-      gate_fallback report)
+PERF=(perf_build perf_verify_h64 perf_verify_h128 perf_verify_sweep perf_draft_topk_bf16 perf_draft_topk_fp32
+      perf_step gate gate_fallback report)
 STAGES=()
 [ $# -gt 0 ] || set -- all
 for s in "$@"; do case $s in
@@ -75,9 +75,10 @@ stage_conformance() {
       --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
 }
 stage_mutants() {
-  run kernel_mutants timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py -n "${JOBS:-8}" -q \
-      -p no:cacheprovider --report-dir "$OUT/logs/mutants"
-  grep -E '^\| k_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
+  # the kernels' mutants and the step's (harness/step_mutants.py: the step's own parts, judged on its tests)
+  run kernel_mutants timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py \
+      meta/test_step_mutants.py -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/mutants"
+  grep -E '^\| [ks]_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
   local TV_VARIANTS  # from the specs, not a second list
@@ -88,7 +89,8 @@ stage_sanitizer() {
     HYPOTHESIS_PROFILE=dev run "sanitizer_$tool" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
         --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
         conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
-        conformance/test_extremes.py conformance/test_kernels_build.py --impl cuda --require-gpu -p no:xdist -q \
+        conformance/test_extremes.py conformance/test_kernels_build.py conformance/test_step.py --impl cuda \
+        --require-gpu -p no:xdist -q \
         -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
     for v in $TV_VARIANTS; do  # every tree_verify variant (portable_99k: sm_120's tiles, built for sm_90)
       run "sanitizer_${tool}_tree_verify_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
@@ -141,6 +143,10 @@ for stage in "${STAGES[@]}"; do case $stage in
     # (PYTHONPATH=.peers/site, as below)
     KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.1} perf_run "$stage" "$OUT/${stage/perf_/perf-}.json" \
         --perf-stage "${stage#perf_}" --require-gpu ;;
+  perf_step)  # 18 shapes x (the step, its four ops alone, two users' rounds); the C++ builder row needs the engine's
+    # library (build/engine/libkdtree_cpu.so, as perf_build makes it)
+    KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-step.json" --perf-stage step \
+        --require-gpu ;;
   perf_verify_peers)  # 90 shapes x (kernel variants + 3 peers): 0.3 s per measurement to fit the window
     KDTREE_PERF_BUDGET_S=${KDTREE_PERF_BUDGET_S:-0.3} perf_run "$stage" "$OUT/perf-verify_peers.json" \
         --perf-stage verify_peers --require-gpu ;;
