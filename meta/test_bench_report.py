@@ -102,3 +102,26 @@ def test_sm120_model_and_its_twins():
                      "prefix": 8192, "bs": 1}, "time": {"median_us": 10.0}, "bytes": 0}]  # fmt: skip
     (line,) = sm120.lines(run["cases"])
     assert line.sm120_us == 10.0 * ratio and line.bound == "tensor"
+
+
+def test_step_section_sets_the_step_beside_the_users_round():
+    """The step's table: its round, its device time against the sum of its ops alone, their shares, the host waits
+    and each users' round with its ratio; an absent comparator leaves no column."""
+    from harness import timing
+    from harness.bench import record
+
+    t = timing.summary([100.0, 110.0, 120.0], where="host")
+    users = record.comparator(timing.summary([1000.0, 1100.0], where="host"))
+    case = record.build(
+        op="step", impl="cuda:step", shape={"bs": 8, "B": 64, "H": 128, "prefix": 8192, "V": 163840, "L": 16,
+                                            "K": 32, "dtype": "bf16"},
+        time=t, comparators={"users_round_python_heapq": users},
+        extra={"device_us": 95.0, "sum_alone_us": 90.0, "graph_over_sum": 95 / 90, "host_syncs_in_3_rounds": 0,
+               "share": {"draft_topk": 0.5, "tree_build": 0.1, "tree_verify": 0.35, "tree_accept": 0.05}},
+    )  # fmt: skip
+    text = "\n".join(report.step_section([case]))
+    row = next(line for line in text.splitlines() if line.startswith("| 128 | 64 | 8 |"))
+    assert "| 95 |" in row and "| 90 |" in row and "| 1.06 |" in row and "| 50.0 % |" in row and "| 0 |" in row, row
+    assert "users_round_python_heapq µs" in text and "users_round_cpp" not in text
+    assert "| 1,050 | 9.55 |" in row, row  # the users round, 1050 / 110
+    assert report.step_section([]) == []

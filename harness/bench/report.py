@@ -302,6 +302,48 @@ def draft_topk_section(cases) -> list[str]:
     return lines
 
 
+STEP_USERS = ("users_round_python_heapq", "users_round_cpp")
+STEP_OPS = ("draft_topk", "tree_build", "tree_verify", "tree_accept")
+
+
+def step_section(cases) -> list[str]:
+    """One DDTree step on the device (kernels_cu.step, one CUDA graph per round) beside the users' round: its round
+    on a host clock, its device time against the sum of its ops launched alone, each op's share, the host waits
+    counted in a round, and the users' rounds (their host clock) with the ratio users' round / step round."""
+    ops = sorted((c for c in cases if c["op"] == "step"), key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))
+    if not ops:
+        return []
+    names = [n for n in STEP_USERS if any(n in c["comparators"] for c in ops)]
+    lines = [
+        "## One DDTree step on the device",
+        "",
+        "`kernels_cu.step`: draft_topk → tree_build → tree_verify → tree_accept with its commit and the advance of "
+        "each request's prefix and root, one CUDA graph replayed per round (V 163,840, L 16, K 32, bf16, prefix "
+        "8,192). round µs = the graph's launch and a wait for it, host clock; device µs = events around each replay, "
+        "L2 flushed; alone = each op captured and replayed alone (L2 flushed), their sum and shares; syncs = host "
+        "waits counted in 3 rounds. Users' round (host clock): torch.log_softmax on the float32 logits and "
+        "torch.topk on the GPU, a copy to the host, the tree built there (Python heapq: the paper's build; C++: "
+        "the engine's builder), its layouts copied back, the same verify and accept; × = users' round / step round.",
+        "",
+        "| H | B | bs | round µs (p10–p90) | device µs | sum alone µs | device / sum | draft_topk | tree_build | "
+        "tree_verify | tree_accept | syncs | " + " | ".join(f"{n} µs | × vs {n}" for n in names) + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|" + "---|---|" * len(names),
+    ]
+    for c in ops:
+        sh, ex = c["shape"], c.get("extra", {})
+        share = ex.get("share", {})
+        cells = [f"{_cell(c['comparators'].get(n))} | {fmt(c['speedups'].get(n))}" for n in names]
+        lines.append(
+            f"| {sh['H']} | {sh['B']} | {sh['bs']} | {fmt_time(c['time'])} | {fmt(ex.get('device_us'))} | "
+            f"{fmt(ex.get('sum_alone_us'))} | {fmt(ex.get('graph_over_sum'))} | "
+            + " | ".join(pct(share.get(o)) for o in STEP_OPS)
+            + f" | {ex.get('host_syncs_in_3_rounds', '—')} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return [*lines, ""]
+
+
 def _topk_key(c) -> tuple:
     sh = c["shape"]
     return (sh["dtype"], sh["V"], sh["L"], sh["K"], sh["bs"])
@@ -616,6 +658,7 @@ def render(run: dict, *, command: str, plots: dict | None = None, assumptions: e
     lines += tree_accept_section(run["cases"])
     lines += draft_topk_section(run["cases"])
     lines += tree_verify_section(run["cases"], plots)
+    lines += step_section(run["cases"])
     lines += sm120_section(run["cases"])
     lines += e2e_section(run, plots, assumptions)
     lines += [
