@@ -51,6 +51,8 @@ class Step:
         if logits_dtype not in LOGITS_DTYPES:
             raise InputError(f"logits_dtype: {logits_dtype!r}, expected one of {', '.join(LOGITS_DTYPES)}")
         cache = device_only("kv_cache", kv_cache)
+        if cache.lib != "torch" and LOGITS_DTYPES[logits_dtype] == BF16:
+            raise InputError(f"logits_dtype: bfloat16 logits need torch arrays ({cache.lib} has no bfloat16)")
         for name, x in (("prefix_lens", prefix_lens), ("root_tokens", root_tokens)):
             d = device_only(name, x)
             if d.dtype != np.int32 or len(d.shape) != 1:
