@@ -35,12 +35,15 @@ class DeviceArray:
                 f"(use numpy, cupy or torch)"
             )
         bf16 = self.lib == "torch" and str(obj.dtype) == "torch.bfloat16"
-        # torch exports no __cuda_array_interface__ for bf16: take the int16 view's and keep the real dtype
-        cai = (obj.view(_torch().int16) if bf16 else obj).__cuda_array_interface__
+        u32 = self.lib == "torch" and str(obj.dtype) == "torch.uint32"
+        # torch exports no __cuda_array_interface__ for bf16 or uint32: take the same-width integer view's and keep
+        # the real dtype
+        raw = obj.view(_torch().int16) if bf16 else obj.view(_torch().int32) if u32 else obj
+        cai = raw.__cuda_array_interface__
         self.ptr = int(cai["data"][0])
         self.shape = tuple(cai["shape"])
         # (not `x or y`: a numpy dtype is falsy)
-        self.dtype = BF16 if bf16 else np.dtype(cai["typestr"])
+        self.dtype = BF16 if bf16 else np.dtype(np.uint32) if u32 else np.dtype(cai["typestr"])
         strides = cai.get("strides")
         if strides is not None and tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
             raise InputError(f"{arg}: device arrays must be C-contiguous")
@@ -48,7 +51,9 @@ class DeviceArray:
     def host(self) -> np.ndarray:
         """A host copy, for validation of small index and score arrays."""
         if self.lib == "torch":
-            t = self.obj.view(_torch().int16) if self.dtype == BF16 else self.obj
+            t = self.obj
+            if self.dtype == BF16 or self.dtype == np.uint32:  # (no numpy export of these torch dtypes)
+                t = t.view(_torch().int16 if self.dtype == BF16 else _torch().int32)
             return t.detach().cpu().numpy().view(self.dtype)
         return self.obj.get()
 

@@ -97,9 +97,12 @@ class Step:
             prefix_lens=self.prefix_lens, error_flag=flag,
         )  # fmt: skip
         tree = self._ops["tree_build"].outputs()
+        visibility = tree.visibility
+        if self.staging.lib == "torch":  # torch holds uint32 outputs in int32 (Staging.output): the verify reads uint32
+            visibility = visibility.view(_torch_uint32())
         self._ops["tree_verify"] = ops.prepare_deferred(
             "tree_verify", v["tree_verify"], self.inputs["q"], self.kv_cache, self.block_table,
-            self._verify_prefix_lens(), tree.visibility, softmax_scale, max_context=max_context, error_flag=flag,
+            self._verify_prefix_lens(), visibility, softmax_scale, max_context=max_context, error_flag=flag,
         )  # fmt: skip
         self._ops["tree_accept"] = ops.prepare_deferred(
             "tree_accept", v["tree_accept"], tree.tokens, tree.first_child, tree.next_sibling,
@@ -228,6 +231,16 @@ def _variants(asked: dict) -> dict:
         names = [asked[slug]] if slug in asked else list(np.atleast_1d(DEFAULT_VARIANTS[slug]))
         out[slug] = next((n for n in names[:-1] if specs.get(slug, n).runs_on(runtime.gpu().arch)), names[-1])
     return out
+
+
+def _torch_uint32():
+    import torch
+
+    if not hasattr(torch, "uint32"):
+        raise InputError(
+            f"kv_cache: torch {torch.__version__} has no uint32 (2.3 or later holds the tree's visibility)"
+        )
+    return torch.uint32
 
 
 def _after_callers_stream(lib: str, stream) -> None:
