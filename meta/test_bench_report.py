@@ -125,3 +125,6 @@ def test_step_section_sets_the_step_beside_the_users_round():
     assert "users_round_python_heapq µs" in text and "users_round_cpp" not in text
     assert "| 1,050 | 9.55 |" in row, row  # the users round, 1050 / 110
     assert report.step_section([]) == []
+    measured = "\n".join(report._measured_step_lines([case], 64))
+    assert "| 128 | 8 | 110 | 50.0 % | 10.0 % | 35.0 % | 5.0 % | 65.0 % | python_heapq 9.55× |" in measured, measured
+    assert report._measured_step_lines([case], 16) == []

@@ -570,6 +570,33 @@ def sm120_section(cases) -> list[str]:
     return [*lines, ""]
 
 
+def _measured_step_lines(cases, budget: int) -> list[str]:
+    """What the step's benchmark measured of the tree work's share, beside the model (its B only): per case, each
+    op's share of the step's kernels and the users' round over the step's round."""
+    steps = [c for c in cases if c["op"] == "step" and c["shape"]["B"] == budget and c.get("extra", {}).get("share")]
+    if not steps:
+        return []
+    out = [
+        f"Measured, not modelled (the step's table above, B = {budget}): on one GPU, one layer's tree_verify, the "
+        "tree work around it (draft_topk, tree_build, tree_accept) and the users' round in place of the step's. "
+        "The model below stays for what one GPU does not hold (every layer, the MoE, the communication).",
+        "",
+        "| H | bs | step round µs | draft_topk | tree_build | tree_verify | tree_accept | tree work (not verify) | "
+        "users' round / step round |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(steps, key=lambda c: (c["shape"]["H"], c["shape"]["bs"])):
+        sh, share = c["shape"], c["extra"]["share"]
+        users = ", ".join(f"{n.removeprefix('users_round_')} {fmt(v)}×" for n, v in sorted(c["speedups"].items()))
+        work = sum(share.get(o, 0.0) for o in STEP_OPS if o != "tree_verify")
+        out.append(
+            f"| {sh['H']} | {sh['bs']} | {fmt(c['time']['median_us'])} | "
+            + " | ".join(pct(share.get(o)) for o in STEP_OPS)
+            + f" | {pct(work)} | {users or '—'} |"
+        )
+    return [*out, ""]
+
+
 def e2e_section(run: dict, plots: dict, assumptions: e2e.Assumptions) -> list[str]:
     ceil = best_ceilings(run)
     lines = [
@@ -587,6 +614,7 @@ def e2e_section(run: dict, plots: dict, assumptions: e2e.Assumptions) -> list[st
         + ("" if ceil.get("copy_gbs") else " (not measured in this run: the H200 values seen before)"),
         "",
     ]
+    lines += _measured_step_lines(run["cases"], assumptions.budget)
     for model in e2e.MODELS:
         res = e2e.analyse(run["cases"], model, assumptions, ceil)
         meta = res["meta"]
