@@ -258,7 +258,16 @@ def test_set_up_arguments_are_checked_by_name(impl):
         "logits_dtype": ({"logits_dtype": "int8"}, r"logits_dtype: 'int8'"),
         "variants": ({"variants": {"tree_build": "nope"}}, r"variants: tree_build has no variant 'nope'"),
         "host_prefix": ({"prefix_lens": w.prefix}, r"prefix_lens: deferred checks take device arrays"),
-        "prefix_dtype": ({"prefix_lens": w.dev["prefix_lens"].long()}, r"prefix_lens: shape \(2,\) dtype int64"),
+        "prefix_dtype": (
+            {"prefix_lens": w.dev["prefix_lens"].long()},
+            r"prefix_lens: shape \(2,\) dtype int64, "
+            r"expected int32 \[bs\]",
+        ),
+        "roots_length": (
+            {"root_tokens": w.dev["root_tokens"][:1]},
+            r"root_tokens: shape \(1,\) dtype int32, "
+            r"expected int32 \[2\]",
+        ),
         "max_context": ({"max_context": 3}, r"max_context: 3 is outside"),
         "heads": ({"H": 129}, r"H: 129 is outside 1\.\.128"),
     }

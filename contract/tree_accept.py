@@ -145,3 +145,10 @@ CONTRACT = OpContract(
         "physical cache row.",
     ),
 )
+
+
+def check_advance(*, has_commit: bool) -> None:
+    """The step's advance (TA.4.5, the deferred path's `advance_roots`) moves prefix_lens: it needs the commit."""
+    if not has_commit:
+        c.fail("advance_roots", "the advance moves prefix_lens, so it needs the commit (kv_cache, block_table, "
+               "prefix_lens)")  # fmt: skip

@@ -96,6 +96,23 @@ def shared_flag(error_flag) -> DeviceArray | None:
     return d
 
 
+def device_vector(arg: str, x, n: int | None = None) -> DeviceArray:
+    """A caller's int32 [n] device array (any n when None): a step's prefix lengths and root tokens."""
+    d = device_only(arg, x)
+    if d.dtype != np.int32 or len(d.shape) != 1 or (n is not None and d.shape[0] != n):
+        raise InputError(f"{arg}: shape {d.shape} dtype {d.dtype}, expected int32 [{'bs' if n is None else n}]"
+                         + ("" if n is None else " (one per request)"))  # fmt: skip
+    return d
+
+
+def library_holds(arg: str, lib: str, dtype) -> None:
+    """The caller's array library can hold `dtype` on the device (cupy has no bfloat16; torch before 2.3 no uint32)."""
+    if dtype == BF16 and lib != "torch":
+        raise InputError(f"{arg}: bfloat16 needs torch arrays ({lib} has no bfloat16)")
+    if dtype == np.uint32 and lib == "torch" and not hasattr(_torch(), "uint32"):
+        raise InputError(f"{arg}: torch {_torch().__version__} has no uint32 (2.3 or later holds it on the device)")
+
+
 def host_copies(contract, named: dict) -> dict:
     """A deferred call's arguments for the contract's full validate(), when its device check failed: host copies of
     the arrays whose values it reads, the shape and dtype of the others (a cache is not copied)."""

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import BF16, InputError, limits
-from contract.checks import integer, is_device_array
+from contract import InputError, limits
+from contract import step as contract
+from contract.checks import is_device_array
 
 from . import ops, runtime, specs
-from .arrays import DeviceArray, Staging, check, device_only, driver
+from .arrays import DeviceArray, Staging, check, device_only, device_vector, driver, library_holds
 
-OPS = ("draft_topk", "tree_build", "tree_verify", "tree_accept")
+OPS = contract.OPS
 # The variant each op runs unless `variants` names another: the fastest certified one on Hopper at a step's shapes
 # (docs/BENCHMARKS.md); tree_verify's sm90a where the GPU runs it, else the portable kernel.
 DEFAULT_VARIANTS = {"draft_topk": "prefilter", "tree_build": "select_race", "tree_verify": ("sm90a", "portable"),
                     "tree_accept": "pointer_jump"}  # fmt: skip
-LOGITS_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BF16}
 
 
 class Step:
@@ -43,21 +43,13 @@ class Step:
 
     def __init__(self, kv_cache, block_table, prefix_lens, root_tokens, *, L, V, K, budget, H, softmax_scale,
                  max_context, logits_dtype="float32", variants=None):  # fmt: skip
-        self.L = integer("L", L, 1, limits.MAX_DEPTH)
-        self.V = integer("V", V, 1, limits.MAX_VOCAB)
-        self.K = integer("K", K, 1, min(limits.MAX_TOPK, self.V))
-        self.budget = integer("budget", budget, 1, limits.MAX_BUDGET)
-        self.H = integer("H", H, 1, limits.MAX_HEADS)
-        if logits_dtype not in LOGITS_DTYPES:
-            raise InputError(f"logits_dtype: {logits_dtype!r}, expected one of {', '.join(LOGITS_DTYPES)}")
+        args = contract.check_setup(L=L, V=V, K=K, budget=budget, H=H, logits_dtype=logits_dtype)
+        self.L, self.V, self.K, self.budget, self.H = (args[k] for k in ("L", "V", "K", "budget", "H"))
         cache = device_only("kv_cache", kv_cache)
-        if cache.lib != "torch" and LOGITS_DTYPES[logits_dtype] == BF16:
-            raise InputError(f"logits_dtype: bfloat16 logits need torch arrays ({cache.lib} has no bfloat16)")
-        for name, x in (("prefix_lens", prefix_lens), ("root_tokens", root_tokens)):
-            d = device_only(name, x)
-            if d.dtype != np.int32 or len(d.shape) != 1:
-                raise InputError(f"{name}: shape {d.shape} dtype {d.dtype}, expected int32 [bs]")
-        bs = device_only("prefix_lens", prefix_lens).shape[0]
+        library_holds("logits_dtype", cache.lib, args["logits_dtype"])
+        library_holds("kv_cache", cache.lib, np.dtype(np.uint32))  # the tree's visibility, between two ops
+        bs = device_vector("prefix_lens", prefix_lens).shape[0]
+        device_vector("root_tokens", root_tokens, bs)
         variants = _variants(variants or {})
         D = 1 + self.budget
         self.kv_cache, self.block_table = kv_cache, block_table
@@ -71,7 +63,7 @@ class Step:
             st = self.staging
             st.sync_before()
             self.inputs = {
-                "logits": st.output((bs, self.L, self.V), LOGITS_DTYPES[logits_dtype])[0],
+                "logits": st.output((bs, self.L, self.V), args["logits_dtype"])[0],
                 "q": st.output((bs, D, self.H, limits.HEAD_DIM), cache.dtype)[0],
                 "target_tokens": st.output((bs, D), np.int32)[0],
             }
@@ -99,7 +91,9 @@ class Step:
         tree = self._ops["tree_build"].outputs()
         visibility = tree.visibility
         if self.staging.lib == "torch":  # torch holds uint32 outputs in int32 (Staging.output): the verify reads uint32
-            visibility = visibility.view(_torch_uint32())
+            import torch
+
+            visibility = visibility.view(torch.uint32)
         self._ops["tree_verify"] = ops.prepare_deferred(
             "tree_verify", v["tree_verify"], self.inputs["q"], self.kv_cache, self.block_table,
             self._verify_prefix_lens(), visibility, softmax_scale, max_context=max_context, error_flag=flag,
@@ -123,14 +117,13 @@ class Step:
         """Copy a round's inputs (logits, q, target_tokens: numpy or device arrays of the buffers' shape and dtype)
         into the step's buffers, ordered on the step's stream before the next replay."""
         s = self.staging.g.stream.handle
-        for name, x in arrays.items():
-            if name not in self.inputs:
-                raise InputError(f"{name}: not an input of a round (they are {', '.join(self.inputs)})")
+        buffers = {k: (DeviceArray(v, k).shape, DeviceArray(v, k).dtype) for k, v in self.inputs.items()}
+        sources = {}
+        for name, x in arrays.items():  # every input checked before any is copied
+            sources[name] = DeviceArray(x, name) if is_device_array(x) else np.ascontiguousarray(x)
+            contract.check_round_input(name, sources[name].shape, sources[name].dtype, buffers)
+        for name, src in sources.items():
             dst = DeviceArray(self.inputs[name], name)
-            src = DeviceArray(x, name) if is_device_array(x) else np.ascontiguousarray(x)
-            if tuple(src.shape) != dst.shape or np.dtype(src.dtype) != dst.dtype:
-                raise InputError(f"{name}: shape {tuple(src.shape)} dtype {src.dtype}, expected {dst.shape} "
-                                 f"{dst.dtype}")  # fmt: skip
             nbytes = int(np.prod(dst.shape)) * dst.dtype.itemsize
             if isinstance(src, DeviceArray):
                 _after_callers_stream(src.lib, s)
@@ -219,28 +212,12 @@ class Step:
 
 def _variants(asked: dict) -> dict:
     """{op: variant} for every op of the step: the asked ones (checked by name), else DEFAULT_VARIANTS."""
-    unknown = set(asked) - set(OPS)
-    if unknown:
-        raise InputError(f"variants: {', '.join(sorted(unknown))} is not an op of the step ({', '.join(OPS)})")
-    for slug, name in asked.items():
-        known = [s.variant for s in specs.for_op(slug)]
-        if name not in known:
-            raise InputError(f"variants: {slug} has no variant {name!r} (it has {', '.join(known)})")
+    contract.check_variants(asked, {slug: [s.variant for s in specs.for_op(slug)] for slug in OPS})
     out = {}
     for slug in OPS:  # the first default the GPU runs (no GPU is asked where the caller chose)
         names = [asked[slug]] if slug in asked else list(np.atleast_1d(DEFAULT_VARIANTS[slug]))
         out[slug] = next((n for n in names[:-1] if specs.get(slug, n).runs_on(runtime.gpu().arch)), names[-1])
     return out
-
-
-def _torch_uint32():
-    import torch
-
-    if not hasattr(torch, "uint32"):
-        raise InputError(
-            f"kv_cache: torch {torch.__version__} has no uint32 (2.3 or later holds the tree's visibility)"
-        )
-    return torch.uint32
 
 
 def _after_callers_stream(lib: str, stream) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import TREE_ACCEPT, Accept, InputError, limits
+from contract import TREE_ACCEPT, Accept, limits
+from contract.tree_accept import check_advance
 
 from . import geometry
 from .arrays import (
@@ -17,7 +18,7 @@ from .arrays import (
     check,
     check_aligned,
     device_call,
-    device_only,
+    device_vector,
     driver,
     host_copies,
     launch_kernel,
@@ -59,13 +60,8 @@ def prepare_deferred(spec: KernelSpec, *args, error_flag=None, advance_roots=Non
     shared = shared_flag(error_flag)
     roots = None
     if advance_roots is not None:
-        if dev.get("kv_cache") is None:
-            raise InputError("advance_roots: the advance moves prefix_lens, so it needs the commit (kv_cache, "
-                             "block_table, prefix_lens)")  # fmt: skip
-        roots = device_only("advance_roots", advance_roots)
-        if roots.shape != (checked.dims["bs"],) or roots.dtype != np.int32:
-            raise InputError(f"advance_roots: shape {roots.shape} dtype {roots.dtype}, expected int32 "
-                             f"({checked.dims['bs']},) (one root token per request)")  # fmt: skip
+        check_advance(has_commit=dev.get("kv_cache") is not None)
+        roots = device_vector("advance_roots", advance_roots, checked.dims["bs"])
     st, walk, collect, flag = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=True,
                                      shared=shared, roots=roots)  # fmt: skip
 
