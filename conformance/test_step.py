@@ -201,7 +201,7 @@ def _negative_target(w, inp):
 
 # One refused value per op, injected in a round: (change, the op's named error)
 REFUSED = {
-    "draft_topk": (_nan_logit, r"logits: NaN at \(1, 2, 7\)"),
+    "draft_topk": (_nan_logit, r"logits: NaN at \[request 1, depth 2, token 7\]"),
     "tree_build": (_negative_root, r"root_tokens: .*negative"),
     "tree_verify": (_past_max_context, r"prefix_lens: request 0: .* exceeds max_context"),
     "tree_accept": (_negative_target, r"target_tokens: .*negative"),
