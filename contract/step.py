@@ -40,4 +40,4 @@ def check_round_input(name: str, shape, dtype, buffers: dict) -> None:
         c.fail(name, f"not an input of a round (they are {', '.join(buffers)})")
     want_shape, want_dtype = buffers[name]
     if tuple(shape) != tuple(want_shape) or np.dtype(dtype) != want_dtype:
-        c.fail(name, f"shape {tuple(shape)} dtype {dtype}, expected {tuple(want_shape)} {want_dtype}")
+        c.fail(name, f"shape {tuple(shape)} dtype {np.dtype(dtype)}, expected {tuple(want_shape)} {want_dtype}")

@@ -22,7 +22,15 @@ from reference import tree_build as ref_build
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # fail() calls no generated case reaches, with why
-UNREACHED = {("tree_build.py", "_check_shapes"): "validate_shapes() only: the deferred (on-device) checks' guard"}
+_STEP = "not an op's validate_host(): the step's own checks, each reached by conformance/test_step.py::" \
+        "test_the_steps_own_arguments_are_checked_on_the_host"
+UNREACHED = {
+    ("tree_build.py", "_check_shapes"): "validate_shapes() only: the deferred (on-device) checks' guard",
+    ("step.py", "check_setup"): _STEP,
+    ("step.py", "check_variants"): _STEP,
+    ("step.py", "check_round_input"): _STEP,
+    ("tree_accept.py", "check_advance"): _STEP,
+}
 
 
 def test_every_kind_of_value_check_has_an_edge_generator():
