@@ -296,19 +296,31 @@ HOST_CHECKS = {
     "K": (lambda c: c.check_setup(**{**SETUP, "K": 301}), r"K: 301 is outside 1\.\.300"),
     "budget": (lambda c: c.check_setup(**{**SETUP, "budget": 0}), r"budget: 0 is outside 1\.\.1024"),
     "H": (lambda c: c.check_setup(**{**SETUP, "H": 129}), r"H: 129 is outside 1\.\.128"),
-    "logits_dtype": (lambda c: c.check_setup(**{**SETUP, "logits_dtype": "int8"}),
-                     r"logits_dtype: 'int8', expected one of float32, float16, bfloat16"),  # fmt: skip
+    "logits_dtype": (
+        lambda c: c.check_setup(**{**SETUP, "logits_dtype": "int8"}),
+        r"logits_dtype: 'int8', expected one of float32, float16, bfloat16",
+    ),
     "unknown_op": (lambda c: c.check_variants({"draft": "x"}, VARIANTS), r"variants: draft is not an op of the step"),
-    "unknown_variant": (lambda c: c.check_variants({"tree_build": "nope"}, VARIANTS),
-                        r"variants: tree_build has no variant 'nope' \(it has select_race\)"),  # fmt: skip
-    "round_name": (lambda c: c.check_round_input("logit", (2, 4, 300), BF16, BUFFERS),
-                   r"logit: not an input of a round \(they are logits, q, target_tokens\)"),  # fmt: skip
-    "round_shape": (lambda c: c.check_round_input("logits", (2, 4, 301), BF16, BUFFERS),
-                    r"logits: shape \(2, 4, 301\) dtype bfloat16, expected \(2, 4, 300\) bfloat16"),  # fmt: skip
-    "round_dtype": (lambda c: c.check_round_input("target_tokens", (2, 13), np.int64, BUFFERS),
-                    r"target_tokens: shape \(2, 13\) dtype int64, expected \(2, 13\) int32"),  # fmt: skip
-    "advance_without_commit": (lambda c: c.check_advance(has_commit=False),
-                               r"advance_roots: the advance moves prefix_lens, so it needs the commit"),  # fmt: skip
+    "unknown_variant": (
+        lambda c: c.check_variants({"tree_build": "nope"}, VARIANTS),
+        r"variants: tree_build has no variant 'nope' \(it has select_race\)",
+    ),
+    "round_name": (
+        lambda c: c.check_round_input("logit", (2, 4, 300), BF16, BUFFERS),
+        r"logit: not an input of a round \(they are logits, q, target_tokens\)",
+    ),
+    "round_shape": (
+        lambda c: c.check_round_input("logits", (2, 4, 301), BF16, BUFFERS),
+        r"logits: shape \(2, 4, 301\) dtype bfloat16, expected \(2, 4, 300\) bfloat16",
+    ),
+    "round_dtype": (
+        lambda c: c.check_round_input("target_tokens", (2, 13), np.int64, BUFFERS),
+        r"target_tokens: shape \(2, 13\) dtype int64, expected \(2, 13\) int32",
+    ),
+    "advance_without_commit": (
+        lambda c: c.check_advance(has_commit=False),
+        r"advance_roots: the advance moves prefix_lens, so it needs the commit",
+    ),
 }
 
 
@@ -326,7 +338,7 @@ def test_the_steps_own_arguments_are_checked_on_the_host():
         check_round_input, check_advance = step_contract.check_round_input, ta_contract.check_advance
 
     reached = set()
-    for name, (call, message) in HOST_CHECKS.items():
+    for call, message in HOST_CHECKS.values():
         with pytest.raises(InputError, match=message) as e:
             call(Both)
         frames = traceback.extract_tb(e.value.__traceback__)

@@ -133,6 +133,8 @@ class Step:
 
     def replay(self) -> None:
         """Enqueue one round: the captured graph (no host work beyond the launch)."""
+        if self._graph is None:
+            raise RuntimeError("the step is closed: its graph and buffers are freed")
         check(driver().cuGraphLaunch(self._graph[1], self.staging.g.stream.handle))
         self.round_count += 1
 

@@ -22,8 +22,10 @@ from reference import tree_build as ref_build
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # fail() calls no generated case reaches, with why
-_STEP = "not an op's validate_host(): the step's own checks, each reached by conformance/test_step.py::" \
-        "test_the_steps_own_arguments_are_checked_on_the_host"
+_STEP = (
+    "not an op's validate_host(): the step's own checks, each reached by conformance/test_step.py::"
+    "test_the_steps_own_arguments_are_checked_on_the_host"
+)
 UNREACHED = {
     ("tree_build.py", "_check_shapes"): "validate_shapes() only: the deferred (on-device) checks' guard",
     ("step.py", "check_setup"): _STEP,
