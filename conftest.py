@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from harness import device, env_names, impls, profiles, spec
+from harness import device, env_names, gpu_health, impls, profiles, spec
 from harness.bench import ceilings, stages
 
 pytest_plugins = ["harness.reporting"]
@@ -155,17 +155,33 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError("clause validation failed:\n  " + "\n  ".join(errors))
 
 
-def pytest_runtest_setup(item):
+def _on_gpu(item) -> bool:
     params = getattr(item, "callspec", None)
     impl = params.params.get("impl") if params else None
-    on_gpu = bool(item.get_closest_marker("gpu") or (impl and impls.on_gpu(impl)))
+    return bool(item.get_closest_marker("gpu") or (impl and impls.on_gpu(impl)))
+
+
+def pytest_runtest_setup(item):
+    on_gpu = _on_gpu(item)
     if on_gpu:
         p = device.probe()
         if not p.ok:
             (pytest.fail if item.config.getoption("--require-gpu") else pytest.skip)(f"GPU unavailable: {p.reason}")
+        broken = gpu_health.before_test()  # an earlier test of this process broke the context: name it
+        if broken:
+            pytest.fail(broken)
     reason = profiles.left_out(item.get_closest_marker("full") is not None, on_gpu)
     if reason:
         pytest.skip(reason)
+
+
+@pytest.hookimpl(trylast=True)  # after the fixtures' teardown (a test's buffers and graphs are freed by then)
+def pytest_runtest_teardown(item):
+    """A GPU test that leaves the CUDA context broken or a capture open errors here, naming what it left."""
+    if _on_gpu(item) and device.probe().ok:
+        problem = gpu_health.after_test(item.nodeid)
+        if problem:
+            pytest.fail(problem)
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
