@@ -20,7 +20,8 @@ STAGES = {
     "measurement; ~7 min (an H100, 2026-12-06: about 400 s)",
     "step": "ceilings, one DDTree step replayed as a CUDA graph (kernels_cu.step) beside the users' round (GPU top-k, "
     "host build: Python heapq and C++, layouts back, the same verify and accept), bs 1/8/64 x B 16/64/256 x H 64/128 "
-    "(duration MODELLED ~6 min: not yet run)",
+    "(duration as run on an H100 on 2026-12-06: about 20 s per H half at 0.2 s per measurement, so about 1 min at "
+    "the suite's 0.3 s; not yet run on an H200)",
     "gate": "ceilings and a few tree_build cases without comparators (the gate's reruns); ~40 s",
     "gate_fallback": "ceilings and the tree_build select variants at two cells without comparators, their fallback "
     "rates (the fallback gate's runs: normal and planted); ~15 s a run (MODELLED from the gate's: not yet run)",
