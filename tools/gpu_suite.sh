@@ -57,6 +57,10 @@ summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 run() { local name=$1; shift; local t0=$SECONDS; "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?;
         summary "$name: rc=$rc, $((SECONDS - t0)) s; $(grep -E '(passed|failed|error|skipped)' "$OUT/logs/$name.log" | tail -1)";
         grep -hE 'SUMMARY:' "$OUT/logs/$name.log" | sed "s/^/  $name: /" | tee -a "$OUT/summary.txt";
+        # a failed run's first failures with their messages (pytest's -rfE lines) in the summary itself, so the
+        # cause is in what a runner prints even when the logs do not come back
+        [ $rc -eq 0 ] || grep -hE '^(FAILED|ERROR) ' "$OUT/logs/$name.log" | head -n 5 | cut -c1-400 \
+            | sed "s/^/  $name: /" | tee -a "$OUT/summary.txt";
         [ $rc -eq 0 ] || status=1; return $rc; }
 # One perf pytest run, without xdist (pytest-benchmark is off under it); SIGINT at the limit still writes the JSON.
 perf_run() { local name=$1 json=$2; shift 2
