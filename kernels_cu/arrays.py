@@ -225,8 +225,10 @@ class Staging:
             cupy.cuda.get_current_stream().synchronize()
 
     def close(self):
+        """Free the call's buffers (once: a second close, a step's and then its op's say, frees nothing again)."""
         self.g.stream.sync()
-        for b in self.buffers:
+        buffers, self.buffers = self.buffers, []
+        for b in buffers:
             b.close(self.g.stream)
         self.g.stream.sync()
 
