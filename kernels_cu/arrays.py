@@ -84,16 +84,30 @@ def device_call(contract, named: dict) -> tuple[str | None, object, dict, dict]:
     return lib, like, dev, infos
 
 
-def shared_flag(error_flag) -> DeviceArray | None:
-    """A deferred call's `error_flag=`: None (the call makes its own flag and resets it at each launch), or the
-    caller's device array of one 4-byte word, which the call's device checks set and never clear: calls that share
-    it (one DDTree step, kernels_cu/step.py) see each other's refusals, and it stays set until the caller clears it."""
-    if error_flag is None:
-        return None
-    d = device_only("error_flag", error_flag)
-    if d.shape != (1,) or d.dtype.itemsize != 4 or d.dtype.kind not in "iu":
-        raise InputError(f"error_flag: shape {d.shape} dtype {d.dtype}, expected one int32 or uint32 word (shape (1,))")
-    return d
+class ErrorFlag:
+    """A deferred call's device error word, from its `error_flag=`: None gives the call its own word, which each launch
+    zeroes first; a caller's device array of one 4-byte word is shared: the call's device checks set it and never
+    clear it, so calls that share it (one DDTree step, kernels_cu/step.py) see each other's refusals, and it stays set
+    until the caller clears it. The argument is checked here, by name, before any GPU work."""
+
+    def __init__(self, error_flag=None):
+        self.shared = None if error_flag is None else device_only("error_flag", error_flag)
+        d = self.shared
+        if d is not None and (d.shape != (1,) or d.dtype.itemsize != 4 or d.dtype.kind not in "iu"):
+            raise InputError(f"error_flag: shape {d.shape} dtype {d.dtype}, expected one int32 or uint32 word "
+                             f"(shape (1,))")  # fmt: skip
+        self.ptr = d.ptr if d is not None else 0
+
+    def allocate(self, st: Staging) -> int:
+        """The word's device address: the caller's, or the call's own from `st`'s scratch."""
+        if self.shared is None:
+            self.ptr = st.scratch(4)
+        return self.ptr
+
+    def clear(self, st: Staging) -> None:
+        """Enqueue the zeroing of the call's own word on `st`'s stream, ahead of its checks (a shared word is left)."""
+        if self.shared is None:
+            check(driver().cuMemsetD32Async(self.ptr, 0, 1, st.g.stream.handle))
 
 
 def device_vector(arg: str, x, n: int | None = None) -> DeviceArray:

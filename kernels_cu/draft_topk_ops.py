@@ -15,16 +15,14 @@ from contract import BF16, DRAFT_TOPK, TopK, limits
 from . import geometry
 from .arrays import (
     Deferred,
+    ErrorFlag,
     Prepared,
     Staging,
     call_args,
-    check,
     device_call,
-    driver,
     host_copies,
     launch_kernel,
     run,
-    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -51,7 +49,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     enqueues the row kernel, or the split and merge kernels (what a benchmark times)."""
     lib, like, host, dev = split_args(DRAFT_TOPK, DRAFT_TOPK.bind(*args, **kwargs))
     checked = DRAFT_TOPK.validate(**host)
-    st, launch, collect, _ = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=False)
+    st, launch, collect = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"])
     return Prepared(st, launch, collect)
 
 
@@ -59,24 +57,23 @@ def prepare_deferred(spec: KernelSpec, *args, error_flag=None, **kwargs) -> Defe
     """Set up a draft_topk call on device-resident logits (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a NaN or +inf logit raises the same InputError as prepare()
     would, from check() / results() after the launch. error_flag: a caller's flag word shared with other calls and
-    never reset by this one (arrays.shared_flag)."""
+    never reset by this one (arrays.ErrorFlag)."""
     named = DRAFT_TOPK.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(DRAFT_TOPK, named)
     checked = DRAFT_TOPK.validate_shapes(**infos)
-    shared = shared_flag(error_flag)
-    st, launch, collect, flag = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag=True,
-                                       shared=shared)  # fmt: skip
+    flag = ErrorFlag(error_flag)
+    st, launch, collect = _setup(spec, lib, like, dev["logits"], checked.dims, checked.args["K"], flag)
 
     def revalidate():  # raises the named error, with the first bad index
         DRAFT_TOPK.validate(**host_copies(DRAFT_TOPK, named))
 
-    return Deferred(st, launch, collect, flag, revalidate, "draft_topk")
+    return Deferred(st, launch, collect, flag.ptr, revalidate, "draft_topk")
 
 
-def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool, shared=None) -> tuple:
-    """The buffers and the launch of a checked call on logits `x` (numpy or device): (staging, launch, collect,
-    flag). flag: a device error flag for the kernels' NaN / +inf check, reset by each launch (its pointer is
-    returned), or the caller's `shared` one, never reset; else none (0: the kernels check nothing)."""
+def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: ErrorFlag | None = None) -> tuple:
+    """The buffers and the launch of a checked call on logits `x` (numpy or device): (staging, launch, collect).
+    flag: the deferred path's error flag for the kernels' NaN / +inf check, cleared by each launch
+    (ErrorFlag.clear); None: the kernels check nothing."""
     bs, L, V = (dims[s] for s in ("bs", "L", "V"))
     name = _DTYPES[np.dtype(x.dtype)]
     rows = bs * L
@@ -88,7 +85,7 @@ def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool, share
         logp = st.output((bs, L, K), np.float32)
         ids = st.output((bs, L, K), np.int32)
         ws = st.scratch(geo["workspace_bytes"]) if geo["splits"] > 1 and rows else 0
-        flag_ptr = (shared.ptr if shared else st.scratch(4)) if flag else 0
+        flag_ptr = flag.allocate(st) if flag is not None else 0
     except BaseException:
         st.close()
         raise
@@ -96,8 +93,8 @@ def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool, share
     ws_lse = ws + rows * splits * geo["kept"] * 8  # the (max, sum) pairs after the candidate keys
 
     def launch():
-        if flag_ptr and not shared:
-            check(driver().cuMemsetD32Async(flag_ptr, 0, 1, st.g.stream.handle))
+        if flag is not None:
+            flag.clear(st)
         if rows == 0:  # L = 0: nothing to select
             return
         if splits == 1:
@@ -109,7 +106,7 @@ def _setup(spec: KernelSpec, lib, like, x, dims: dict, K: int, flag: bool, share
             launch_kernel(spec, rows, smem, ws, ws_lse, np.int32(splits), np.int32(V), np.int32(K), logp[1], ids[1],
                           entry="draft_topk_merge", block=threads)  # fmt: skip
 
-    return st, launch, lambda: TopK(st.result(logp[0]), st.result(ids[0])), flag_ptr
+    return st, launch, lambda: TopK(st.result(logp[0]), st.result(ids[0]))
 
 
 def bind(spec: KernelSpec):

@@ -12,6 +12,7 @@ from . import geometry
 from .arrays import (
     Deferred,
     DeviceArray,
+    ErrorFlag,
     Prepared,
     Staging,
     call_args,
@@ -23,7 +24,6 @@ from .arrays import (
     host_copies,
     launch_kernel,
     run,
-    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -40,7 +40,7 @@ def prepare(spec: KernelSpec, *args, **kwargs) -> Prepared:
     """Validate a tree_accept call (the contract's signature) and set it up on the device for `spec`."""
     lib, like, host, dev = split_args(TREE_ACCEPT, TREE_ACCEPT.bind(*args, **kwargs))
     checked = TREE_ACCEPT.validate(**host)
-    st, walk, collect, _ = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=False)
+    st, walk, collect = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"])
     return Prepared(st, walk, collect)
 
 
@@ -50,36 +50,36 @@ def prepare_deferred(spec: KernelSpec, *args, error_flag=None, advance_roots=Non
     would, from check() / results() after the launch, and then nothing was walked or committed. The launch is
     capturable; the commit writes the caller's device cache in place.
 
-    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.shared_flag); a
+    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.ErrorFlag); a
     flag set by any of them stops this walk and commit too. advance_roots: a device int32 [bs] array (a step's
     root tokens, spec TA.4.5): an accepted call also advances in place, after its commit, prefix_lens to new_lens
     and advance_roots to bonus, so the next round starts from them without leaving the device."""
     named = TREE_ACCEPT.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_ACCEPT, named)
     checked = TREE_ACCEPT.validate_shapes(**infos)
-    shared = shared_flag(error_flag)
+    flag = ErrorFlag(error_flag)
     roots = None
     if advance_roots is not None:
         check_advance(has_commit=dev.get("kv_cache") is not None)
         roots = device_vector("advance_roots", advance_roots, checked.dims["bs"])
-    st, walk, collect, flag = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], deferred=True,
-                                     shared=shared, roots=roots)  # fmt: skip
+    st, walk, collect = _setup(spec, lib, like, dev, checked.dims, checked.args["max_depth"], flag, roots)
 
     def revalidate():  # raises the named error
         TREE_ACCEPT.validate(**host_copies(TREE_ACCEPT, named))
 
-    return Deferred(st, walk, collect, flag, revalidate, "tree_accept")
+    return Deferred(st, walk, collect, flag.ptr, revalidate, "tree_accept")
 
 
 def _setup(
-    spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, deferred: bool, shared=None, roots=None
+    spec: KernelSpec, lib, like, dev: dict, dims: dict, L: int, flag: ErrorFlag | None = None, roots=None
 ) -> tuple:
-    """The buffers and the launch of a call whose arguments passed the contract's checks (all of them, or, when
-    `deferred`, those of validate_shapes()): (staging, launch, collect, flag). deferred: the launch first zeroes an
-    error flag (its device address is returned; a caller's `shared` flag is not zeroed) and the commit's row bitmap,
-    then runs tree_accept_check_kernel, whose flag stops the walk and the commit; else the flag is 0 and the kernel
-    checks nothing. roots: the step's advance (prefix_lens and roots in place), else none."""
+    """The buffers and the launch of a call whose arguments passed the contract's checks (all of them, or, with a
+    `flag`, those of validate_shapes()): (staging, launch, collect). flag (the deferred path): the launch first clears
+    it (ErrorFlag.clear) and zeroes the commit's row bitmap, then runs tree_accept_check_kernel, whose flag stops the
+    walk and the commit; None: the kernel checks nothing. roots: the step's advance (prefix_lens and roots in place),
+    else none."""
     bs, D = dims["bs"], dims["D"]
+    deferred = flag is not None
     kv = dev["kv_cache"]
     check_aligned("kv_cache", kv, "the commit copies 16-byte vectors")
     smem = geometry.tree_accept(D)
@@ -107,7 +107,7 @@ def _setup(
                 st.input(dev["prefix_lens"]),
             )
             kv_rows = kv.shape[0] * kv.shape[1]
-        flag = (shared.ptr if shared else st.scratch(4)) if deferred else 0
+        flag_ptr = flag.allocate(st) if flag is not None else 0
         advance = (commit[5], roots.ptr) if roots is not None else (0, 0)
         # the check's bitmap of the cache's rows (an alias of two commit rows finds its bit set)
         words = (kv_rows + 31) // 32 if deferred else 0
@@ -115,17 +115,15 @@ def _setup(
     except BaseException:
         st.close()
         raise
-    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit, *advance, flag)
+    args = (*ins, np.int32(D), np.int32(L), *(outs[f][1] for f in Accept.FIELDS), *commit, *advance, flag_ptr)
     check_args = (*ins, np.int32(D), np.int32(L), np.int64(kv_rows), commit[2], commit[3], commit[4], commit[5], seen,
-                  flag)  # fmt: skip
+                  flag_ptr)  # fmt: skip
 
     def launch():
-        if deferred:
-            stream = st.g.stream.handle
-            if not shared:
-                check(driver().cuMemsetD32Async(flag, 0, 1, stream))
+        if flag is not None:
+            flag.clear(st)
             if words:
-                check(driver().cuMemsetD32Async(seen, 0, words, stream))
+                check(driver().cuMemsetD32Async(seen, 0, words, st.g.stream.handle))
             launch_kernel(spec, bs, smem, *check_args, entry="tree_accept_check_kernel")
         launch_kernel(spec, bs, smem, *args)
 
@@ -136,7 +134,7 @@ def _setup(
             st.g.stream.sync()
         return Accept(**res)
 
-    return st, launch, collect, flag
+    return st, launch, collect
 
 
 def bind(spec: KernelSpec):

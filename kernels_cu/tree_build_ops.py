@@ -14,16 +14,14 @@ from contract import TREE_BUILD, Tree
 from . import geometry, runtime, specs
 from .arrays import (
     Deferred,
+    ErrorFlag,
     Prepared,
     Staging,
     call_args,
-    check,
     device_call,
-    driver,
     host_copies,
     launch_kernel,
     run,
-    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -49,31 +47,30 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, err
     """Set up a tree_build call on device-resident inputs (cupy, torch) with the value checks on the device.
     The shape-only checks run here (InputError now); a bad value raises the same InputError as prepare() would,
     from check() / results() after the launch. with_full_mask must be False (its size reads prefix_lens).
-    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.shared_flag)."""
+    error_flag: a caller's flag word shared with other calls and never reset by this one (arrays.ErrorFlag)."""
     named = TREE_BUILD.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_BUILD, named)
     dims = TREE_BUILD.validate_shapes(**infos).dims
-    shared = shared_flag(error_flag)
+    flag = ErrorFlag(error_flag)
     if named["prefix_lens"] is None:
         dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
     st, ins, build, collect = _setup(spec, lib, like, dev, dims, race_min_b)
     try:
-        flag = shared.ptr if shared else st.scratch(4)
+        flag.allocate(st)
     except BaseException:
         st.close()
         raise
     L, K_in, B = (np.int32(dims[k]) for k in ("L", "K_in", "B"))
 
     def launch():
-        if not shared:
-            check(driver().cuMemsetD32Async(flag, 0, 1, st.g.stream.handle))
-        launch_kernel(spec, dims["bs"], 0, *ins, L, K_in, B, flag, entry="tree_build_check_kernel")
+        flag.clear(st)
+        launch_kernel(spec, dims["bs"], 0, *ins, L, K_in, B, flag.ptr, entry="tree_build_check_kernel")
         build()
 
     def revalidate():  # raises the named error
         TREE_BUILD.validate(**host_copies(TREE_BUILD, named))
 
-    return Deferred(st, launch, collect, flag, revalidate, "tree_build")
+    return Deferred(st, launch, collect, flag.ptr, revalidate, "tree_build")
 
 
 # The defines by which a design build of lab/tree_build_dev.py overrides its type's policies (tree_build.cu's Built

@@ -24,17 +24,15 @@ from contract.checks import integer
 from . import geometry, runtime, specs
 from .arrays import (
     Deferred,
+    ErrorFlag,
     Prepared,
     Staging,
     call_args,
-    check,
     check_aligned,
     device_call,
-    driver,
     host_copies,
     launch_kernel,
     run,
-    shared_flag,
     split_args,
 )
 from .specs import KernelSpec
@@ -271,11 +269,11 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
     than max_context, raises the same InputError as prepare() would (or one naming max_context) from check() /
     results() after the launch. The launch (tree_verify_plan_kernel, the attention kernel, the combine kernel) is
     capturable; good inputs give prepare()'s bits. error_flag: a caller's flag word shared with other calls and never
-    reset by this one (arrays.shared_flag)."""
+    reset by this one (arrays.ErrorFlag)."""
     named = TREE_VERIFY.bind(*args, **kwargs)
     lib, like, dev, infos = device_call(TREE_VERIFY, named)
     checked = TREE_VERIFY.validate_shapes(**infos)
-    shared = shared_flag(error_flag)
+    flag = ErrorFlag(error_flag)
     split_chunk = _forced_chunk(split_chunk)
     call = _Call(spec, lib, like, dev, checked)
     d, bs, Q = checked.dims, call.bs, call.Q
@@ -291,7 +289,7 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
     def plan_buffers(st):
         plan.update(chunk=st.scratch(8 * bs), first=st.scratch(8 * bs), lens=st.scratch(4 * bs),
                     table=st.scratch(4 * (bs * max_pages + pad)),
-                    flag=shared.ptr if shared else st.scratch(4))  # fmt: skip
+                    flag=flag.allocate(st))  # fmt: skip
         return plan
 
     st, attend, ins, out, lse = call.stage(slots, most, plan_buffers)
@@ -301,8 +299,7 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
                  plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
 
     def launch():
-        if not shared:
-            check(driver().cuMemsetD32Async(plan["flag"], 0, 1, st.g.stream.handle))
+        flag.clear(st)
         launch_kernel(call.portable, bs, 0, *plan_args, entry=PLAN_ENTRY)
         attend()
 
