@@ -193,18 +193,16 @@ def test_tree_accept_device_arrays_commit_in_place(impl, lib_name, kv_dtype):
 
 def _replayed_once(p):
     """Capture a deferred call's launch in a CUDA graph and replay it once (a commit must run exactly once)."""
-    from harness import timing
     from kernels_cu import runtime
     from kernels_cu.arrays import check, driver
 
     s = runtime.gpu().stream
-    graph, exe = timing.capture(s, [p.launch])
+    graph, exe = runtime.capture_graph(s, [p.launch])
     try:
         check(driver().cuGraphLaunch(exe, s.handle))
         s.sync()
     finally:
-        check(driver().cuGraphExecDestroy(exe))
-        check(driver().cuGraphDestroy(graph))
+        runtime.destroy_graph(graph, exe)
 
 
 def _accept_args(rng, wide=False):

@@ -16,6 +16,8 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 
+from kernels_cu import runtime
+
 MiB = 1 << 20
 # A working set this large leaves nothing of one launch's inputs in the H200's 50-60 MB L2 by the next.
 ROTATE_TARGET_BYTES = 128 * MiB
@@ -184,20 +186,12 @@ def rounds_for(estimate_s: float, policy: Policy) -> int:
 
 
 # ------------------------------------------------------------------------------------------- device work
-def _ok(res):
-    from cuda.bindings import driver
-
-    err, *rest = res if isinstance(res, tuple) else (res,)
-    if err != driver.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA error {err.name}")
-    return rest[0] if len(rest) == 1 else (rest or None)
+_ok = runtime.driver_result  # a driver call's result: RuntimeError naming its error
 
 
 def l2_bytes() -> int:
     """The current GPU's L2 size in bytes."""
     from cuda.bindings import driver
-
-    from kernels_cu import runtime
 
     dev = _ok(driver.cuDeviceGet(int(runtime.gpu().device.device_id)))
     return int(_ok(driver.cuDeviceGetAttribute(driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev)))
@@ -233,8 +227,6 @@ def device_times_us(
     """
     from cuda.core import EventOptions
 
-    from kernels_cu import runtime
-
     s = runtime.gpu().stream
     opts = EventOptions(timing_enabled=True)
     launches = list(launches)
@@ -258,7 +250,7 @@ def device_times_us(
         graphs = []
         try:
             for f in launches:
-                graphs.append(capture(s, [f]))
+                graphs.append(runtime.capture_graph(s, [f]))
         except RuntimeError:
             _destroy(graphs)
             return _flushed(launches, plan.flush_bytes, policy, clock), "an event pair around each launch"
@@ -271,7 +263,7 @@ def device_times_us(
     per_graph = per_graph_for(single_us)
     per_graph = math.ceil(max(per_graph, len(launches)) / len(launches)) * len(launches)
     try:
-        graph, exe = capture(s, [launches[i % len(launches)] for i in range(per_graph)])
+        graph, exe = runtime.capture_graph(s, [launches[i % len(launches)] for i in range(per_graph)])
     except RuntimeError as e:
         return _unflushed(launches, policy, clock), f"host-enqueued event pairs (graph capture failed: {e})"
     try:
@@ -289,8 +281,7 @@ def device_times_us(
 
         return repeat(measure, policy, clock), f"CUDA graph of {per_graph} launches per replay"
     finally:
-        _ok(_driver().cuGraphExecDestroy(exe))
-        _ok(_driver().cuGraphDestroy(graph))
+        runtime.destroy_graph(graph, exe)
 
 
 def _driver():
@@ -301,23 +292,11 @@ def _driver():
 
 def _destroy(graphs) -> None:
     for graph, exe in graphs:
-        _ok(_driver().cuGraphExecDestroy(exe))
-        _ok(_driver().cuGraphDestroy(graph))
-
-
-def capture(s, calls) -> tuple:
-    """The enqueue-only callables `calls`, captured in order from stream `s` into a CUDA graph (runtime.capture_graph):
-    (graph, its executable); RuntimeError naming what failed when a call does something a capture refuses. The
-    caller destroys both (cuGraphExecDestroy, cuGraphDestroy)."""
-    from kernels_cu import runtime
-
-    return runtime.capture_graph(s, calls)
+        runtime.destroy_graph(graph, exe)
 
 
 def _flushed(launches, flush_bytes, policy, clock):
     from cuda.core import EventOptions
-
-    from kernels_cu import runtime
 
     g = runtime.gpu()
     s = g.stream
@@ -345,8 +324,6 @@ def _flushed(launches, flush_bytes, policy, clock):
 
 def _unflushed(launches, policy, clock):
     from cuda.core import EventOptions
-
-    from kernels_cu import runtime
 
     s = runtime.gpu().stream
     opts = EventOptions(timing_enabled=True)

@@ -321,10 +321,7 @@ def driver():
     return d
 
 
-def check(res):
-    err = res[0] if isinstance(res, tuple) else res
-    if err != driver().CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"CUDA error {err.name}")
+check = runtime.driver_result  # a driver call's result: RuntimeError naming its error
 
 
 def launch_kernel(spec, grid, shmem, *args, entry: str | None = None, block: int | None = None):

@@ -334,18 +334,24 @@ def geometry(spec: KernelSpec, args: tuple, n_out: int) -> tuple[int, ...]:
         buf.close(g.stream)
 
 
+def driver_result(res):
+    """A cuda.bindings driver call's result: RuntimeError naming its error, else the value it returns (a tuple of
+    several, None for none)."""
+    from cuda.bindings import driver
+
+    err, *rest = res if isinstance(res, tuple) else (res,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA error {err.name}")
+    return rest[0] if len(rest) == 1 else (tuple(rest) or None)
+
+
 def capture_graph(stream, calls) -> tuple:
     """The enqueue-only callables `calls`, captured in order from `stream` into a CUDA graph: (graph, its
     executable); RuntimeError naming what failed when a call does something a capture refuses (it allocates or
     synchronises). The caller destroys both (destroy_graph)."""
     from cuda.bindings import driver
 
-    def ok(res):
-        err, *rest = res if isinstance(res, tuple) else (res,)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise RuntimeError(f"CUDA error {err.name}")
-        return rest[0] if len(rest) == 1 else (rest or None)
-
+    ok = driver_result
     ok(driver.cuStreamBeginCapture(stream.handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
     failed = None
     try:
@@ -366,5 +372,5 @@ def destroy_graph(graph, exe) -> None:
     """Free what capture_graph made."""
     from cuda.bindings import driver
 
-    driver.cuGraphExecDestroy(exe)
-    driver.cuGraphDestroy(graph)
+    driver_result(driver.cuGraphExecDestroy(exe))
+    driver_result(driver.cuGraphDestroy(graph))
