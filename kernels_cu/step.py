@@ -67,8 +67,10 @@ class Step:
                 "q": st.output((bs, D, self.H, limits.HEAD_DIM), cache.dtype)[0],
                 "target_tokens": st.output((bs, D), np.int32)[0],
             }
-            self.error_flag, flag_ptr = st.output((1,), np.uint32)
-            check(driver().cuMemsetD32Async(flag_ptr, 0, 1, st.g.stream.handle))
+            # each round's write() copies into these (made once: a round's host work stays two copies and a launch)
+            self._buffers = {k: DeviceArray(v, k) for k, v in self.inputs.items()}
+            self.error_flag, self._flag_ptr = st.output((1,), np.uint32)
+            check(driver().cuMemsetD32Async(self._flag_ptr, 0, 1, st.g.stream.handle))
             self._prepare(variants, softmax_scale, max_context)
             self._graph = runtime.capture_graph(st.g.stream, self._round_calls())
             st.g.stream.sync()
@@ -117,13 +119,13 @@ class Step:
         """Copy a round's inputs (logits, q, target_tokens: numpy or device arrays of the buffers' shape and dtype)
         into the step's buffers, ordered on the step's stream before the next replay."""
         s = self.staging.g.stream.handle
-        buffers = {k: (DeviceArray(v, k).shape, DeviceArray(v, k).dtype) for k, v in self.inputs.items()}
+        buffers = {k: (d.shape, d.dtype) for k, d in self._buffers.items()}
         sources = {}
         for name, x in arrays.items():  # every input checked before any is copied
             sources[name] = DeviceArray(x, name) if is_device_array(x) else np.ascontiguousarray(x)
             contract.check_round_input(name, sources[name].shape, sources[name].dtype, buffers)
         for name, src in sources.items():
-            dst = DeviceArray(self.inputs[name], name)
+            dst = self._buffers[name]
             nbytes = int(np.prod(dst.shape)) * dst.dtype.itemsize
             if isinstance(src, DeviceArray):
                 _after_callers_stream(src.lib, s)
@@ -161,7 +163,7 @@ class Step:
         if self._failed is not None:
             raise self._failed
         got = np.zeros(1, np.uint32)
-        check(driver().cuMemcpyDtoH(got.ctypes.data, DeviceArray(self.error_flag, "error_flag").ptr, 4))
+        check(driver().cuMemcpyDtoH(got.ctypes.data, self._flag_ptr, 4))
         if not got[0]:
             return
         for slug in OPS:
@@ -181,8 +183,7 @@ class Step:
     def reset(self) -> None:
         """Clear the shared error flag (rounds commit and advance again) and the error check() keeps raising."""
         self.sync()
-        check(driver().cuMemsetD32Async(DeviceArray(self.error_flag, "error_flag").ptr, 0, 1,
-                                        self.staging.g.stream.handle))  # fmt: skip
+        check(driver().cuMemsetD32Async(self._flag_ptr, 0, 1, self.staging.g.stream.handle))
         self.sync()
         self._failed = None
 
