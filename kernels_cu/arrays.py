@@ -23,6 +23,10 @@ def _torch():
     return torch
 
 
+# torch dtypes read through a same-width integer view: {torch dtype: (the real dtype, the view's torch dtype)}
+_TORCH_VIEWED = {"torch.bfloat16": (BF16, "int16"), "torch.uint32": (np.dtype(np.uint32), "int32")}
+
+
 class DeviceArray:
     """A CUDA array given by the caller: pointer, shape, dtype, and the library that made it."""
 
@@ -34,16 +38,14 @@ class DeviceArray:
                 f"{arg}: CUDA arrays from {self.lib} ({type(obj).__qualname__}) are not supported "
                 f"(use numpy, cupy or torch)"
             )
-        bf16 = self.lib == "torch" and str(obj.dtype) == "torch.bfloat16"
-        u32 = self.lib == "torch" and str(obj.dtype) == "torch.uint32"
-        # torch exports no __cuda_array_interface__ for bf16 or uint32: take the same-width integer view's and keep
-        # the real dtype
-        raw = obj.view(_torch().int16) if bf16 else obj.view(_torch().int32) if u32 else obj
-        cai = raw.__cuda_array_interface__
+        # torch exports neither __cuda_array_interface__ nor numpy arrays for bf16 or uint32: read them through the
+        # same-width integer view and keep the real dtype
+        viewed = _TORCH_VIEWED.get(str(obj.dtype)) if self.lib == "torch" else None
+        self._readable = obj.view(getattr(_torch(), viewed[1])) if viewed else obj
+        cai = self._readable.__cuda_array_interface__
         self.ptr = int(cai["data"][0])
         self.shape = tuple(cai["shape"])
-        # (not `x or y`: a numpy dtype is falsy)
-        self.dtype = BF16 if bf16 else np.dtype(np.uint32) if u32 else np.dtype(cai["typestr"])
+        self.dtype = viewed[0] if viewed else np.dtype(cai["typestr"])
         strides = cai.get("strides")
         if strides is not None and tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
             raise InputError(f"{arg}: device arrays must be C-contiguous")
@@ -51,10 +53,7 @@ class DeviceArray:
     def host(self) -> np.ndarray:
         """A host copy, for validation of small index and score arrays."""
         if self.lib == "torch":
-            t = self.obj
-            if self.dtype == BF16 or self.dtype == np.uint32:  # (no numpy export of these torch dtypes)
-                t = t.view(_torch().int16 if self.dtype == BF16 else _torch().int32)
-            return t.detach().cpu().numpy().view(self.dtype)
+            return self._readable.detach().cpu().numpy().view(self.dtype)
         return self.obj.get()
 
     def info(self) -> ArrayInfo:
