@@ -13,6 +13,7 @@ from contract import BF16, Accept, InputError, TopK, Tree
 from harness import host_syncs, topk
 from harness import spec as clauses
 from harness import strategies as hh
+from harness.boundaries import step as host_checks
 from harness.compare import assert_bit_exact, assert_close, assert_cosine
 from reference import draft_topk as ref_topk
 from reference import tree_accept as ref_accept
@@ -283,79 +284,20 @@ def test_set_up_arguments_are_checked_by_name(impl):
         w.check_round(step, inp, 0)
 
 
-# The step's own arguments and the advance's precondition, checked on the host by contract/step.py and
-# contract/tree_accept.py (no GPU needed): each of their fail() calls by one case. These are not an op's
-# validate_host(), so the generated boundary cases cannot reach them (meta/test_boundaries.py names this test).
-SETUP = dict(L=4, V=300, K=4, budget=12, H=2, logits_dtype="bfloat16")
-BUFFERS = {"logits": ((2, 4, 300), BF16), "q": ((2, 13, 2, 576), BF16), "target_tokens": ((2, 13), np.dtype(np.int32))}
-VARIANTS = {"draft_topk": ["prefilter"], "tree_build": ["select_race"], "tree_verify": ["portable"],
-            "tree_accept": ["pointer_jump"]}  # fmt: skip
-HOST_CHECKS = {
-    "L": (lambda c: c.check_setup(**{**SETUP, "L": 33}), r"L: 33 is outside 1\.\.32"),
-    "V": (lambda c: c.check_setup(**{**SETUP, "V": 0}), r"V: 0 is outside 1\.\.262144"),
-    "K": (lambda c: c.check_setup(**{**SETUP, "K": 301}), r"K: 301 is outside 1\.\.300"),
-    "budget": (lambda c: c.check_setup(**{**SETUP, "budget": 0}), r"budget: 0 is outside 1\.\.1024"),
-    "H": (lambda c: c.check_setup(**{**SETUP, "H": 129}), r"H: 129 is outside 1\.\.128"),
-    "logits_dtype": (
-        lambda c: c.check_setup(**{**SETUP, "logits_dtype": "int8"}),
-        r"logits_dtype: 'int8', expected one of float32, float16, bfloat16",
-    ),
-    "unknown_op": (lambda c: c.check_variants({"draft": "x"}, VARIANTS), r"variants: draft is not an op of the step"),
-    "unknown_variant": (
-        lambda c: c.check_variants({"tree_build": "nope"}, VARIANTS),
-        r"variants: tree_build has no variant 'nope' \(it has select_race\)",
-    ),
-    "round_name": (
-        lambda c: c.check_round_input("logit", (2, 4, 300), BF16, BUFFERS),
-        r"logit: not an input of a round \(they are logits, q, target_tokens\)",
-    ),
-    "round_shape": (
-        lambda c: c.check_round_input("logits", (2, 4, 301), BF16, BUFFERS),
-        r"logits: shape \(2, 4, 301\) dtype bfloat16, expected \(2, 4, 300\) bfloat16",
-    ),
-    "round_dtype": (
-        lambda c: c.check_round_input("target_tokens", (2, 13), np.int64, BUFFERS),
-        r"target_tokens: shape \(2, 13\) dtype int64, expected \(2, 13\) int32",
-    ),
-    "advance_without_commit": (
-        lambda c: c.check_advance(has_commit=False),
-        r"advance_roots: the advance moves prefix_lens, so it needs the commit",
-    ),
-}
+# The step's own host checks and the advance's precondition (harness/boundaries/step.py): no GPU needed.
+@pytest.mark.spec("ST.1.1", "TA.4.5")
+@pytest.mark.parametrize("case", list(host_checks.REFUSED))
+def test_the_steps_own_arguments_are_checked_on_the_host(case):
+    """Each refusal of the step's set-up, variants and round inputs (and the advance without a commit) names its
+    argument and the problem."""
+    call, message = host_checks.REFUSED[case]
+    with pytest.raises(InputError, match=message):
+        call()
 
 
 @pytest.mark.spec("ST.1.1", "TA.4.5")
-def test_the_steps_own_arguments_are_checked_on_the_host():
-    """Each refusal of the step's set-up, variants and round inputs (and the advance without a commit) names its
-    argument; good arguments pass; every fail() of contract/step.py and check_advance is reached by a case."""
-    import traceback
-
-    from contract import step as step_contract
-    from contract import tree_accept as ta_contract
-
-    class Both:  # the step's checks and the advance's, under one name for the table
-        check_setup, check_variants = step_contract.check_setup, step_contract.check_variants
-        check_round_input, check_advance = step_contract.check_round_input, ta_contract.check_advance
-
-    reached = set()
-    for call, message in HOST_CHECKS.values():
-        with pytest.raises(InputError, match=message) as e:
-            call(Both)
-        frames = traceback.extract_tb(e.value.__traceback__)
-        i = max(k for k, fr in enumerate(frames) if fr.name == "fail")
-        reached.add((frames[i - 1].name, frames[i - 1].lineno))
-    got = step_contract.check_setup(**SETUP)
+def test_the_steps_own_good_arguments_pass_on_the_host():
+    got = host_checks.ACCEPTED[0]()
     assert got["logits_dtype"] == BF16 and (got["L"], got["K"]) == (4, 4)
-    step_contract.check_variants({"tree_build": "select_race"}, VARIANTS)
-    step_contract.check_round_input("logits", (2, 4, 300), BF16, BUFFERS)
-    ta_contract.check_advance(has_commit=True)
-    import ast
-    import inspect
-
-    sites = set()
-    for mod, fns in ((step_contract, None), (ta_contract, {"check_advance"})):
-        for fn in ast.walk(ast.parse(inspect.getsource(mod))):
-            if isinstance(fn, ast.FunctionDef) and (fns is None or fn.name in fns):
-                sites |= {(fn.name, n.lineno) for n in ast.walk(fn)
-                          if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "fail"}  # fmt: skip
-    assert sites and sites <= reached, f"fail() calls no case reaches: {sorted(sites - reached)}"
+    for call in host_checks.ACCEPTED[1:]:
+        call()

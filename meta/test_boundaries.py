@@ -18,21 +18,12 @@ from contract import InputError
 from contract.checks import fail, first_bad
 from contract.op import BOUND_KINDS, Bound
 from harness import boundaries, impls
+from harness.boundaries import step as step_cases
 from reference import tree_build as ref_build
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # fail() calls no generated case reaches, with why
-_STEP = (
-    "not an op's validate_host(): the step's own checks, each reached by conformance/test_step.py::"
-    "test_the_steps_own_arguments_are_checked_on_the_host"
-)
-UNREACHED = {
-    ("tree_build.py", "_check_shapes"): "validate_shapes() only: the deferred (on-device) checks' guard",
-    ("step.py", "check_setup"): _STEP,
-    ("step.py", "check_variants"): _STEP,
-    ("step.py", "check_round_input"): _STEP,
-    ("tree_accept.py", "check_advance"): _STEP,
-}
+UNREACHED = {("tree_build.py", "_check_shapes"): "validate_shapes() only: the deferred (on-device) checks' guard"}
 
 
 def test_every_kind_of_value_check_has_an_edge_generator():
@@ -68,8 +59,14 @@ def _site(e: InputError) -> tuple[str, int]:
 
 def test_every_fail_of_the_contracts_is_reached_by_a_generated_case():
     """A check the contracts make with no generated case past its edge would be untested at its edge: every
-    fail() call in contract/ must be where some refused case is refused (validated as the reference does)."""
+    fail() call in contract/ must be where some refused case is refused (validated as the reference does), or, for
+    the step's own checks that are no op's validate_host(), where one of their written cases is
+    (harness/boundaries/step.py)."""
     reached = set()
+    for call, _ in step_cases.REFUSED.values():
+        with pytest.raises(InputError) as e:
+            call()
+        reached.add(_site(e.value))
     for case in boundaries.all_cases():
         if case.refused_by is None:
             continue
