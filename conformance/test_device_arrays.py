@@ -3,12 +3,11 @@ capturable paths check values on the device (TB.4.5, TA.4.4, TV.3.7, DT.4.5)."""
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 
 from contract import BF16, Accept, InputError, TopK, Tree
+from harness import device
 from harness import strategies as hh
 from harness.cases import run
 from harness.compare import assert_bit_exact
@@ -19,13 +18,12 @@ LIBS = ["cupy", "torch"]
 def _lib(impl, name):
     if not impl.takes_device_arrays:
         pytest.skip(f"{impl.name} takes host arrays only")
-    try:
-        mod = importlib.import_module(name)
-    except ImportError:
-        pytest.skip(f"{name} is not installed")
-    if name == "torch" and not mod.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
-    return mod
+    return device.array_library(name)
+
+
+def _on_device(cp, args: dict) -> dict:
+    """The call's arguments with every numpy array on the device (cupy), the rest as they are."""
+    return {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
 
 def to_dev(lib, name, a):
@@ -131,7 +129,7 @@ def test_tree_build_deferred_checks(impl, bad):
         change(args)
         with pytest.raises(InputError, match=message):  # the host-checked call names the same error
             ops.prepare("tree_build", variant, **args).finish()
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     got = _captured_results(ops.prepare_deferred("tree_build", variant, **dev), message if bad is not None else None)
     if got is None:
         return
@@ -266,7 +264,7 @@ def test_tree_accept_deferred_checks(impl, bad):
         change(args)
         with pytest.raises(InputError, match=message):  # the host-checked call names the same error
             ops.prepare("tree_accept", variant, **{**args, "kv_cache": args["kv_cache"].copy()}).finish()
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     p = ops.prepare_deferred("tree_accept", variant, **dev)
     try:
         _replayed_once(p)
@@ -293,7 +291,7 @@ def test_tree_accept_deferred_checks_shapes_on_the_host(impl):
     variant = _deferred_variant(impl, "tree_accept")
     cp = _lib(impl, "cupy")
     args = _accept_args(np.random.default_rng(23))
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     with pytest.raises(InputError, match="tokens: deferred checks take device arrays"):
         ops.prepare_deferred("tree_accept", variant, **{**dev, "tokens": args["tokens"]})
     with pytest.raises(InputError, match=r"target_tokens: shape \(3, 5\), expected \(3, 6\)"):
@@ -317,7 +315,7 @@ def test_tree_accept_advance_and_shared_flag(impl, state):
     args = _accept_args(np.random.default_rng(29))
     if state == "refused":
         TA_DEFERRED_BAD["negative_target"][0](args)
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     roots = cp.asarray(np.array([11, 12, 13], np.int32))
     flag = cp.asarray(np.array([1 if state == "flag_already_set" else 0], np.uint32))
     p = ops.prepare_deferred("tree_accept", variant, **dev, error_flag=flag, advance_roots=roots)
@@ -351,7 +349,7 @@ def test_tree_accept_advance_arguments_are_checked(impl):
     variant = _deferred_variant(impl, "tree_accept")
     cp = _lib(impl, "cupy")
     args = _accept_args(np.random.default_rng(31))
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     with pytest.raises(InputError, match=r"advance_roots: shape \(2,\) dtype int32, expected int32 \[3\]"):
         ops.prepare_deferred("tree_accept", variant, **dev, advance_roots=cp.zeros(2, cp.int32))
     with pytest.raises(InputError, match=r"advance_roots: deferred checks take device arrays"):
@@ -450,7 +448,7 @@ def test_tree_verify_deferred_checks(impl, bad, split_chunk):
         if bad != "past_max_context":  # the host-checked call names the same error
             with pytest.raises(InputError, match=message):
                 ops.prepare("tree_verify", variant, **{k: v for k, v in args.items() if k != "max_context"}).finish()
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     p = ops.prepare_deferred("tree_verify", variant, **dev, split_chunk=split_chunk)
     got = _captured_results(p, message)
     if got is None:
@@ -467,7 +465,7 @@ def test_tree_verify_deferred_checks_shapes_on_the_host(impl):
     variant = _deferred_variant(impl, "tree_verify")
     cp = _lib(impl, "cupy")
     args = _verify_case().args
-    dev = {k: cp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    dev = _on_device(cp, args)
     with pytest.raises(InputError, match="prefix_lens: deferred checks take device arrays"):
         ops.prepare_deferred("tree_verify", variant, **{**dev, "prefix_lens": args["prefix_lens"]}, max_context=4096)
     with pytest.raises(InputError, match=r"max_context: 5 is outside 6\.\.262144"):

@@ -3,14 +3,13 @@ composed round by round, a round without host synchronisation, and a refused rou
 
 from __future__ import annotations
 
-import importlib
 import zlib
 
 import numpy as np
 import pytest
 
 from contract import BF16, Accept, InputError, TopK, Tree
-from harness import host_syncs, topk
+from harness import device, host_syncs, topk
 from harness import spec as clauses
 from harness import strategies as hh
 from harness.boundaries import step as host_checks
@@ -33,22 +32,12 @@ def _variants(impl) -> dict:
     return {slug: impl.variant for slug in STEP_OPS if slug in impl.loaders}
 
 
-def _lib(name):
-    try:
-        mod = importlib.import_module(name)
-    except ImportError:
-        pytest.skip(f"{name} is not installed")
-    if name == "torch" and not mod.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
-    return mod
-
-
 class World:
     """The host's copy of what a step changes (cache, prefix lengths, root tokens) and the device arrays it runs on,
     over a paged cache with room for every round (finite rows everywhere: the tree rows are read as they are)."""
 
     def __init__(self, lib_name, kv_dtype, prefix, seed, V):
-        self.lib_name, self.lib = lib_name, _lib(lib_name)
+        self.lib_name, self.lib = lib_name, device.array_library(lib_name)
         self.rng = np.random.default_rng(seed)
         self.V, self.kv_dtype = V, kv_dtype
         self.prefix = np.asarray(prefix, np.int32)

@@ -89,3 +89,19 @@ def visible_gpu_ids() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i, line in enumerate(out.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def array_library(name: str):
+    """The GPU array library `name` (cupy or torch) for a test that hands the kernels device arrays, or the test is
+    skipped with why it cannot be used here (not installed; torch without CUDA)."""
+    import importlib
+
+    import pytest
+
+    try:
+        mod = importlib.import_module(name)
+    except ImportError:
+        pytest.skip(f"{name} is not installed")
+    if name == "torch" and not mod.cuda.is_available():
+        pytest.skip("torch has no CUDA here")
+    return mod
