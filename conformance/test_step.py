@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from contract import BF16, Accept, InputError, TopK, Tree
+from contract.step import OPS as STEP_OPS
 from harness import device, host_syncs, topk
 from harness import spec as clauses
 from harness import strategies as hh
@@ -19,7 +20,6 @@ from reference import tree_accept as ref_accept
 from reference import tree_build as ref_build
 from reference import tree_verify as ref_verify
 
-STEP_OPS = ("draft_topk", "tree_build", "tree_verify", "tree_accept")
 ROUNDS = 8
 L, K, BUDGET, H, PAGE, SCALE = 4, 4, 12, 2, 16, 0.0417
 D = 1 + BUDGET

@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from contract.step import OPS as STEP_OPS
 from harness import host_syncs, timing
 from harness.bench import cpu_builders, record
 
@@ -125,7 +126,7 @@ def test_step(benchmark, ceilings, perf_policy, with_comparators, bs, B, H):
         plan = timing.L2Plan("flush", 1, flush)
         dev, method = timing.device_times_us([step.replay], plan=plan, policy=policy)
         alone = {}
-        for slug in ("draft_topk", "tree_build", "tree_verify", "tree_accept"):
+        for slug in STEP_OPS:
             world.restore()
             samples, _ = timing.device_times_us([lambda s=slug: step.launch_eager(s)], plan=plan, policy=policy)
             alone[slug] = timing.summary(samples)["median_us"]

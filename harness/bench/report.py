@@ -9,6 +9,8 @@ import json
 import pathlib
 import statistics
 
+from contract import step as contract_step
+
 from . import e2e, record, sm120
 
 PACKAGES = ("torch", "cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-cublas", "numpy", "pytest-benchmark")
@@ -303,7 +305,7 @@ def draft_topk_section(cases) -> list[str]:
 
 
 STEP_USERS = ("users_round_python_heapq", "users_round_cpp")
-STEP_OPS = ("draft_topk", "tree_build", "tree_verify", "tree_accept")
+STEP_OPS = contract_step.OPS  # the step's ops in order
 
 
 def step_section(cases) -> list[str]:
