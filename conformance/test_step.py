@@ -60,6 +60,10 @@ class World:
             return self.lib.from_numpy(a.view(np.int16)).cuda().view(self.lib.bfloat16)
         return self.lib.from_numpy(a).cuda()
 
+    def up_all(self, arrays: dict) -> dict:
+        """A round's inputs on the device."""
+        return {k: self.up(v) for k, v in arrays.items()}
+
     def down(self, x, dtype=None):
         if self.lib_name == "cupy":
             return x.get()
@@ -161,7 +165,7 @@ def test_replays_equal_the_reference_round_by_round(impl, config):
         accepted = []
         for r in range(ROUNDS):
             inp = w.inputs(logits_dtype, style)
-            dev = {k: w.up(v) for k, v in inp.items()}
+            dev = w.up_all(inp)
             with host_syncs.counting() as counts:  # ST.2.2: device inputs, one graph launch, nothing waits
                 step.round(**dev)
             assert host_syncs.blocking(counts) == 0 and counts["kernel_launch"] == 0, (
@@ -210,25 +214,25 @@ def test_a_refused_round_stops_the_step(impl, op):
     with w.step(variants, "bfloat16") as step:
         for r in range(2):
             inp = w.inputs(BF16, "normal")
-            step.round(**{k: w.up(v) for k, v in inp.items()})
+            step.round(**w.up_all(inp))
             w.check_round(step, inp, r)
         saved = {k: w.dev[k].clone() for k in ("prefix_lens", "root_tokens")}
         inp = w.inputs(BF16, "normal")
         change(w, inp)
-        step.round(**{k: w.up(v) for k, v in inp.items()})
+        step.round(**w.up_all(inp))
         with pytest.raises(InputError, match=message):
             step.check()
         for k in saved:  # the caller's own change stays; the step advanced nothing
             w.dev[k].copy_(saved[k])
         w.assert_state("(the refused round 2)")
-        step.round(**{k: w.up(v) for k, v in w.inputs(BF16, "normal").items()})  # a good round 3
+        step.round(**w.up_all(w.inputs(BF16, "normal")))  # a good round 3
         with pytest.raises(InputError, match=message):
             step.check()
         w.assert_state("(round 3, after the refused round 2)")
         step.reset()
         for r in range(3, 5):
             inp = w.inputs(BF16, "normal")
-            step.round(**{k: w.up(v) for k, v in inp.items()})
+            step.round(**w.up_all(inp))
             w.check_round(step, inp, r)
 
 
@@ -269,7 +273,7 @@ def test_set_up_arguments_are_checked_by_name(impl):
         assert_bit_exact(w.down(w.dev[k]), v, what=k, spec_id="ST.1.1")
     with Step(**base) as step:  # and the process and device stay usable
         inp = w.inputs(BF16, "normal")
-        step.round(**{k: w.up(v) for k, v in inp.items()})
+        step.round(**w.up_all(inp))
         w.check_round(step, inp, 0)
 
 
