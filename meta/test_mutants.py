@@ -6,12 +6,10 @@ the reference in a subprocess with the `ci` hypothesis profile (derandomized, so
 failing test is recorded as the killer, and the report prints the kill count.
 """
 
-
 import pytest
 
 from harness import judging
 from harness.mutants import MUTANTS
-
 
 
 def test_at_least_twenty_mutants():

@@ -1,6 +1,5 @@
 """Every deliberately broken step (harness/step_mutants.py) must fail the step's conformance tests on a GPU."""
 
-
 import pytest
 
 from harness import judging, step_mutants
