@@ -193,6 +193,10 @@ def _negative_target(w, inp):
     inp["target_tokens"][0, 0] = -5
 
 
+def _inf_logit(w, inp):
+    inp["logits"][0, 0, 0] = np.inf
+
+
 # One refused value per op, injected in a round: (change, the op's named error)
 REFUSED = {
     "draft_topk": (_nan_logit, r"logits: NaN at \[request 1, depth 2, token 7\]"),
@@ -234,6 +238,59 @@ def test_a_refused_round_stops_the_step(impl, op):
             inp = w.inputs(BF16, "normal")
             step.round(**w.up_all(inp))
             w.check_round(step, inp, r)
+
+
+# Every refused value of ST.2.4's sweep: (the op that refuses it, change, the op's named error)
+REFUSED_VALUES = {
+    **{f"{op}-{change.__name__.lstrip('_')}": (op, change, message) for op, (change, message) in REFUSED.items()},
+    "draft_topk-inf_logit": ("draft_topk", _inf_logit, r"logits: \+inf at \[request 0, depth 0, token 0\]"),
+}
+
+
+def _combinations(impl, op):
+    """Every combination of the step's variants on this GPU in which impl's own op runs impl's variant (the _99k
+    twins included: what an sm_120 GPU runs), as {op: variant} dicts."""
+    from kernels_cu import runtime, specs
+
+    arch = runtime.gpu().arch
+    axes = {slug: [impl.variant] if slug in impl.loaders else
+            [s.variant for s in specs.for_op(slug) if s.runs_on(arch)] for slug in STEP_OPS}  # fmt: skip
+    combos = [{}]
+    for slug, names in axes.items():
+        combos = [{**c, slug: v} for c in combos for v in names]
+    return combos
+
+
+@pytest.mark.gpu
+@pytest.mark.spec("ST.2.4")
+@pytest.mark.parametrize("case", list(REFUSED_VALUES))
+def test_a_refused_round_leaves_the_step_and_the_device_usable(impl, case):
+    """A value the step's op refuses, first in round 0 (the ops after it read the zeroed set-up buffers) and again
+    after a good round (they read that round's outputs), under every combination of the other ops' variants: each
+    refused round raises the op's named error and faults nothing, and after reset() a good round on the same Step
+    gives the reference's bits. Each case runs under the variants of the op that refuses it (the others skip), so
+    every (case, combination) runs once; under compute-sanitizer memcheck on a GPU runner (tools/gpu_suite.sh)."""
+    op, change, message = REFUSED_VALUES[case]
+    _variants(impl)
+    if op not in impl.loaders:
+        pytest.skip(f"{impl.name}: the {case} case is swept under {op}'s variants")
+    for variants in _combinations(impl, op):
+        w = World("torch", BF16, [3, 30, 200], seed=zlib.crc32(f"{case}{sorted(variants.items())}".encode()), V=300)
+        with w.step(variants, "bfloat16") as step:
+            for r in range(2):  # round 0 refused before any good round, round 1 good, round 2 refused, round 3 good
+                saved = {k: w.dev[k].clone() for k in ("prefix_lens", "root_tokens")}
+                inp = w.inputs(BF16, "normal")
+                change(w, inp)
+                step.round(**w.up_all(inp))
+                with pytest.raises(InputError, match=message):
+                    step.check()
+                for k in saved:
+                    w.dev[k].copy_(saved[k])
+                w.assert_state(f"(refused round {2 * r}, variants {variants})")
+                step.reset()
+                inp = w.inputs(BF16, "normal")
+                step.round(**w.up_all(inp))
+                w.check_round(step, inp, f"{2 * r + 1}, after a refused round, variants {variants}")
 
 
 @pytest.mark.gpu

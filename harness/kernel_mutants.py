@@ -145,6 +145,12 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "if (atomicAdd(&s_in[to], 1) == 0) { s_up[to] = i; s_acc[to] = 1; }",
     ),
     # the step's advance (TA.4.5, spec/step.md): the prefix moves by the accepted drafts alone, not the root's row too
+    # tree_build's deferred build (ST.2.4): a build on values its check (or an earlier op of the step) refused
+    "k_tb_builds_on_refused_values": (
+        "tree_build",
+        "  if (refused != nullptr && *refused != 0u) return;",
+        "  if (false) return;",
+    ),
     "k_ta_advance_off_by_one": ("tree_accept", "advance_lens[b] = P + 1 + n;", "advance_lens[b] = P + n;"),
     # draft_topk: the tie order, the log-sum-exp, -inf, the radix passes, the row stride, the zeros
     "k_dt_ties_higher_id": ("draft_topk", "#define DT_ID_BITS(id) (~(id))", "#define DT_ID_BITS(id) (id)"),

@@ -72,6 +72,7 @@ class Step:
             self.error_flag, self._flag_ptr = st.output((1,), np.uint32)
             check(driver().cuMemsetD32Async(self._flag_ptr, 0, 1, st.g.stream.handle))
             self._prepare(variants, softmax_scale, max_context)
+            self._zero_outputs()
             self._graph = runtime.capture_graph(st.g.stream, self._round_calls())
             st.g.stream.sync()
         except BaseException:
@@ -105,6 +106,19 @@ class Step:
             self.inputs["target_tokens"], max_depth=self.L, kv_cache=self.kv_cache, block_table=self.block_table,
             prefix_lens=self.prefix_lens, error_flag=flag, advance_roots=self.root_tokens,
         )  # fmt: skip
+
+    def _zero_outputs(self) -> None:
+        """Zero every op's outputs once, before the first round. A refused op stops the ops after it from building
+        on its values (tree_build builds nothing on a set flag), so they read what the buffers held before: the last
+        accepted round's outputs, or these zeros, never memory nothing wrote (ST.2.4)."""
+        s = self.staging.g.stream.handle
+        for slug in OPS:
+            result = self._ops[slug].outputs()
+            for field in type(result).FIELDS:
+                d = DeviceArray(getattr(result, field), f"{slug}.{field}")
+                nbytes = int(np.prod(d.shape)) * d.dtype.itemsize
+                if nbytes:
+                    check(driver().cuMemsetD8Async(d.ptr, 0, nbytes, s))
 
     def _verify_prefix_lens(self):
         """The lengths the verify plans and attends over: the live prefix_lens, which the previous round advanced."""

@@ -251,7 +251,12 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK, tb::selects(tb::Built
                       int lp_in_smem, int select_cap, int* __restrict__ n_nodes, int* __restrict__ parents,
                       int* __restrict__ depths, int* __restrict__ tokens, int* __restrict__ ranks,
                       double* __restrict__ scores, uint32_t* __restrict__ visibility, int* __restrict__ positions,
-                      int* __restrict__ first_child, int* __restrict__ next_sibling, uint8_t* __restrict__ full_mask) {
+                      int* __restrict__ first_child, int* __restrict__ next_sibling, uint8_t* __restrict__ full_mask,
+                      const unsigned* __restrict__ refused) {
+  // The deferred path (and a step) passes its error flag: when tree_build_check_kernel, or an earlier op of the
+  // round sharing the flag, refused a value, nothing is built. A refused top-k row (NaN log-probs, say) breaks the
+  // total order every strategy relies on, and its outputs are never handed out anyway. nullptr: checked on the host.
+  if (refused != nullptr && *refused != 0u) return;
   tb::build_tree<tb::Built>(top_logp, top_ids, root_tokens, prefix_lens, L, K_in, B, lp_in_smem, select_cap, n_nodes,
                             parents, depths, tokens, ranks, scores, visibility, positions, first_child, next_sibling,
                             full_mask);
@@ -261,8 +266,8 @@ extern "C" __global__ void __launch_bounds__(KERNEL_BLOCK, tb::selects(tb::Built
 // on the device, so that a call on device-resident inputs needs no host copy and can be graph-captured.
 // Any failure sets *flag; the host reads the flag after the call and only then copies the inputs and runs
 // the contract's validate(), which raises the named error (the messages are written once, in the contract).
-// grid = bs, block = KERNEL_BLOCK; the build kernel runs after it whatever the flag (it stays in bounds on any
-// values) and its outputs are never handed out when the flag is set.
+// grid = bs, block = KERNEL_BLOCK; the build kernel runs after it on the same flag and builds nothing when it is set
+// (its `refused` argument), so no strategy ever runs on values the contract refuses.
 constexpr int kCheckTable = 2048;  // open addressing for one row's ids
 static_assert(kCheckTable >= 2 * CONTRACT_MAX_TOPK, "the id table must stay at most half full");
 

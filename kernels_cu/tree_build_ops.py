@@ -54,12 +54,7 @@ def prepare_deferred(spec: KernelSpec, *args, race_min_b: int | None = None, err
     flag = ErrorFlag(error_flag)
     if named["prefix_lens"] is None:
         dev["prefix_lens"] = np.zeros(dims["bs"], np.int32)
-    st, ins, build, collect = _setup(spec, lib, like, dev, dims, race_min_b)
-    try:
-        flag.allocate(st)
-    except BaseException:
-        st.close()
-        raise
+    st, ins, build, collect = _setup(spec, lib, like, dev, dims, race_min_b, flag)
     L, K_in, B = (np.int32(dims[k]) for k in ("L", "K_in", "B"))
 
     def launch():
@@ -136,9 +131,11 @@ def _plan(spec: KernelSpec, bs: int, B: int, L: int, K_in: int, race_min_b: int 
     return runs, plan
 
 
-def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int | None = None):
+def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int | None = None,
+           flag: ErrorFlag | None = None):  # fmt: skip
     """Buffers and the build kernel's launch for validated arguments: (staging, input pointers, launch,
-    collect)."""
+    collect). flag (the deferred path): its word is allocated here and passed to the build, which builds nothing
+    when a check has set it (None: the values were checked on the host)."""
     bs, L, K_in, B, F = (dims[k] for k in ("bs", "L", "K_in", "B", "F"))
     spec, plan = _plan(spec, bs, B, L, K_in, race_min_b)
     smem, lp_in_smem, select_cap = plan["smem"], plan["lp_in_smem"], plan["select_cap"]
@@ -150,12 +147,14 @@ def _setup(spec: KernelSpec, lib, like, dev: dict, dims: dict, race_min_b: int |
         for o in TREE_BUILD.outputs:
             shape = tuple(dims[s] if isinstance(s, str) else s for s in o.shape)
             outs[o.name] = st.output(shape, np.uint8 if o.dtype == "bool" else o.dtype)
+        refused = flag.allocate(st) if flag is not None else 0
     except BaseException:
         st.close()
         raise
     ptrs = [outs[f][1] for f in Tree.FIELDS]
     ptrs[-1] = ptrs[-1] if F else 0  # no FULL_MASK asked: the kernel skips it
-    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), np.int32(lp_in_smem), np.int32(select_cap), *ptrs)
+    args = (*ins, np.int32(L), np.int32(K_in), np.int32(B), np.int32(lp_in_smem), np.int32(select_cap), *ptrs,
+            refused)  # fmt: skip
 
     def collect():
         res = {f: st.result(outs[f][0]) for f in Tree.FIELDS}

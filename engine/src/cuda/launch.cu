@@ -89,11 +89,12 @@ void launch_tree_build(const Variant& v, const BuildOnDevice& d) {
   const Variant& runs = plan.variant == type ? v : pick("tree_build", tb::variant_name(plan.variant));
   int L = int(d.L), K_in = int(d.K_in), B = int(d.budget);
   int lp_in_smem = plan.geometry.stage_lp ? 1 : 0, select_cap = plan.geometry.select_cap;
+  const unsigned* refused = nullptr;  // the values were checked on the host (the deferred path's flag is not used)
   void* args[] = {(void*)&d.top_logp, (void*)&d.top_ids, (void*)&d.root_tokens, (void*)&d.prefix_lens,
                   (void*)&L, (void*)&K_in, (void*)&B, &lp_in_smem, &select_cap,
                   (void*)&d.n_nodes, (void*)&d.parents, (void*)&d.depths, (void*)&d.tokens, (void*)&d.ranks,
                   (void*)&d.scores, (void*)&d.visibility, (void*)&d.positions, (void*)&d.first_child,
-                  (void*)&d.next_sibling, (void*)&d.full_mask};
+                  (void*)&d.next_sibling, (void*)&d.full_mask, (void*)&refused};
   launch(runs, "tree_build_kernel", dim3(unsigned(d.bs)), dim3(unsigned(runs.block)), size_t(plan.geometry.smem),
          args);
 }
