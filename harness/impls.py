@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from adapters.protocol import Capabilities
 from kernels_cu import specs
 
 from . import device, external, tools
@@ -98,11 +99,15 @@ def _cuda(variant: str) -> Impl:
     why = None if p.ok else f"GPU unavailable: {p.reason}"
     if p.ok and not any(s.runs_on(p.arch) for s in mine):
         why = f"built for {', '.join(sorted({a for s in mine for a in s.archs}))}, this GPU is {p.arch}"
+    # a variant that plans for the batch (tree_verify sm90a_planned) declares no batch invariance: those clauses are
+    # not claimed for it (its other promises and everything the contract allows stay)
+    unpromised = {s.slug: Capabilities(batch_invariant=False) for s in mine if not s.batch_invariant}
     return Impl(
         f"cuda:{variant}",
         "cuda",
         variant,
         {s.slug: (lambda s=s, **knobs: ops.function(s.slug, s.variant, **knobs)) for s in mine},
+        declaration=unpromised or None,
         dtypes={s.slug: s.dtypes for s in mine if s.dtypes},
         knobs={s.slug: s.knobs for s in mine if s.knobs},
         on_gpu=True,

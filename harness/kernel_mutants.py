@@ -412,8 +412,8 @@ MUTANTS |= {
     ),
     "k_tv90_v_columns_of_first_half": (  # warpgroup 1's P·V with its own P reads warpgroup 0's V columns
         "tree_verify",
-        "wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));",
-        "wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, n, kk));",
+        "wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));",
+        "wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, 0, kk));",
         SM90A,
     ),
     "k_tv90_halves_rescaled_differently": (  # warpgroup 1 misses the even block's rescale factor

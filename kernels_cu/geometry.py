@@ -104,6 +104,10 @@ def _library() -> ctypes.CDLL:
         [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
     )
     lib.tv_unbounded_budget.restype = ctypes.c_longlong
+    lib.tv_planned_chunk.restype = None
+    lib.tv_planned_chunk.argtypes = [i64p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [
+        i64p
+    ]
     lib.geom_draft_topk_geometry.restype = None
     lib.geom_draft_topk_geometry.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
@@ -245,6 +249,16 @@ def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0, *, budget:
     out = (ctypes.c_longlong * len(names))()
     _library().tv_geometry_fields(int(n_keys), int(rows), int(variant), int(chunk), int(budget), out)
     return dict(zip(names, (int(x) for x in out)))
+
+
+def tree_verify_planned(n_keys, rows: int, variant: int, ctas: int, max_keys: int = 0) -> tuple[int, int]:
+    """tree_verify's planned split rule (tree_verify.cuh planned_chunk) for a batch whose requests have n_keys keys
+    (prefix + Q) and Q·H = rows, on `ctas` CTAs a wave: (the batch's chunk, the most splits such a plan gives a request
+    of at most max_keys keys)."""
+    keys = (ctypes.c_longlong * max(len(n_keys), 1))(*(int(k) for k in n_keys))
+    out = (ctypes.c_longlong * 2)()
+    _library().tv_planned_chunk(keys, len(n_keys), int(rows), int(variant), int(ctas), int(max_keys), out)
+    return int(out[0]), int(out[1])
 
 
 @functools.cache

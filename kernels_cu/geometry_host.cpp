@@ -83,6 +83,15 @@ void tv_geometry_fields(long long n_keys, long long rows, int variant, long long
   tv::geometry_fields(n_keys, rows, variant, chunk, out, budget);
 }
 long long tv_unbounded_budget() { return tv::kUnbounded; }
+// tree_verify's planned split rule for a batch of bs requests of n_keys[b] keys (prefix + Q), Q·H = rows, on `ctas`
+// CTAs a wave: out = the batch's chunk, and the most splits such a plan gives a request of at most max_keys keys.
+void tv_planned_chunk(const long long* n_keys, int bs, long long rows, int variant, long long ctas, long long max_keys,
+                      long long* out) {
+  const long long bn = tv::block_n(variant);
+  out[0] = tv::planned_chunk(bs, tv::row_tiles(rows, variant), ctas, variant,
+                             [&](int b) { return tv::ceil_div(n_keys[b], bn); });
+  out[1] = tv::planned_max_splits(max_keys, variant);
+}
 
 // draft_topk: the fields of draft_topk_geometry_fields (draft_topk.cuh).
 void geom_draft_topk_geometry(int V, int K, long long rows, long long* out) {

@@ -46,6 +46,9 @@ class KernelSpec:
     # built by the engine's nvcc build and launched by its CUDA backend (engine/src/cuda); a spec whose op the
     # engine does not launch yet says False, and `kdtree-engine --device cuda` refuses that op
     in_engine: bool = True
+    # a request's bits are the same in any batch (TV.3.3, TB.4.2); a variant that plans its work for the whole batch
+    # says False, and the conformance report shows the batch-invariance clauses as not claimed for it
+    batch_invariant: bool = True
 
     @property
     def name(self) -> str:
@@ -206,6 +209,24 @@ SPECS: tuple[KernelSpec, ...] = (
         256,  # tv::kSm90aThreads (the wrapper launches with the header's value)
         archs=("sm_90a",),
         knobs=("split_chunk",),
+    ),
+    KernelSpec(
+        "tree_verify",
+        "sm90a_planned",
+        "the sm90a kernel with its work planned for the whole batch (tree_verify.cuh's planned rule: one chunk for "
+        "every request, the one whose CTAs a time model of the launch finds fastest: one split a request where the "
+        "batch fills the GPU, short splits over every SM at bs 1); deterministic for a given batch, not "
+        "batch-invariant",
+        "tree_verify_sm90a.cu",
+        "tree_verify_sm90a_kernel",
+        "tree_verify_geometry_kernel",
+        256,  # tv::kSm90aThreads (the wrapper launches with the header's value)
+        defines=(("TV_PLANNED", "1"),),
+        archs=("sm_90a",),
+        knobs=("split_chunk",),
+        batch_invariant=False,
+        default=False,  # until certified on a GPU
+        in_engine=False,
     ),
     *(
         KernelSpec(

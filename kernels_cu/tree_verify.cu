@@ -666,6 +666,48 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
   tree_verify_combine<float>(part_o, part_lse, split_chunk, split_off, prefix_lens, Q, H, out, lse);
 }
 
+// The planned split rule's chunk for the whole batch (tv::planned_chunk, tree_verify.cuh), by the whole block: each
+// warp prices some of the candidates (its lanes sum the requests' splits), thread 0 picks the best in the host's
+// order, so every block of the plan kernel, and the host plan of the checked call, get the same chunk. A request's
+// length is clamped into [0, max_keys - Q] here: a refused one is planned in bounds (its results are never returned).
+__device__ long long planned_chunk_of_batch(const int* __restrict__ prefix_lens, int bs, int Q, long long max_keys,
+                                            long long tiles, long long ctas, int v) {
+  __shared__ long long s_cost[tv::kPlanSplitsTried];
+  __shared__ unsigned long long s_longest;
+  __shared__ long long s_chunk;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
+  const long long bn = tv::block_n(v);
+  auto blocks_of = [&](int b) {
+    long long P = __ldg(prefix_lens + b);
+    P = P < 0 ? 0 : (P > max_keys - Q ? max_keys - Q : P);
+    return tv::ceil_div(P + Q, bn);
+  };
+  if (tid == 0) s_longest = 1;
+  __syncthreads();
+  unsigned long long longest = 1;
+  for (int b = tid; b < bs; b += blockDim.x) longest = max(longest, static_cast<unsigned long long>(blocks_of(b)));
+  atomicMax(&s_longest, longest);
+  __syncthreads();
+  const long long lg = static_cast<long long>(s_longest);
+  for (long long s = warp + 1; s <= tv::kPlanSplitsTried; s += warps) {  // warp-uniform
+    const long long k = tv::plan_candidate(s, lg, v);
+    long long sum = 0;
+    if (k > 0)
+      for (int b = lane; b < bs; b += 32) sum += tv::ceil_div(blocks_of(b), k);
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) s_cost[s - 1] = k > 0 ? tv::plan_cost(k, sum, bs, tiles, ctas) : -1;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    long long best_s = 1;
+    for (long long s = 2; s <= tv::kPlanSplitsTried; ++s)
+      if (s_cost[s - 1] >= 0 && tv::plan_better(s_cost[s - 1], s, s_cost[best_s - 1], best_s)) best_s = s;
+    s_chunk = tv::plan_candidate(best_s, lg, v) * bn;
+  }
+  __syncthreads();
+  return s_chunk;
+}
+
 // The deferred path (spec TV.3.7, kernels_cu/tree_verify_ops.py prepare_deferred): TV.1.2 and TV.1.3 checked on the
 // device and the split plan made from the device lengths, so that a call needs no host work at launch (capturable).
 // One CTA of tv::kThreads per request. A request the checks refuse sets *flag (the host names the error from
@@ -673,14 +715,22 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
 // length 0 and its pages 0 in the copies the attention kernels read instead of the caller's (`lens`, `table`: its
 // rows, then `pad` zeros past the last row for a refused request whose Q rows outgrow max_pages), so the launch stays
 // in bounds on any values. A request that passes gets its own length, pages and the host plan's chunk (the header's
-// rule on its own length), so its bits are the checked call's. Its partial slots start at b * most (most:
-// tv::max_splits of the stated maximum, which no request past the check exceeds).
+// rule on its own length, or with plan_ctas > 0 the planned rule's chunk for the whole batch on plan_ctas CTAs a
+// wave), so its bits are the checked call's. Its partial slots start at b * most (most: tv::max_splits of the stated
+// maximum, or tv::planned_max_splits, which no request past the check exceeds).
 extern "C" __global__ void __launch_bounds__(tv::kThreads) tree_verify_plan_kernel(
     const int* __restrict__ prefix_lens, const int* __restrict__ block_table, const uint32_t* __restrict__ visibility,
     int Q, int H, int page_size, int max_pages, long long num_pages, long long max_keys, int variant,
-    long long forced_chunk, long long budget, long long most, int pad, int* __restrict__ lens, int* __restrict__ table,
-    long long* __restrict__ split_chunk, long long* __restrict__ split_off, unsigned* __restrict__ flag) {
+    long long forced_chunk, long long budget, long long most, int pad, long long plan_ctas, int* __restrict__ lens,
+    int* __restrict__ table, long long* __restrict__ split_chunk, long long* __restrict__ split_off,
+    unsigned* __restrict__ flag) {
   const int b = blockIdx.x, tid = threadIdx.x, W = (Q + 31) >> 5;
+  const long long rows = static_cast<long long>(Q) * H;
+  const long long batch_chunk =
+      forced_chunk <= 0 && plan_ctas > 0
+          ? planned_chunk_of_batch(prefix_lens, gridDim.x, Q, max_keys, tv::row_tiles(rows, variant, budget),
+                                   plan_ctas, variant)
+          : 0;
   const long long P = prefix_lens[b], n_keys = P + Q;
   const long long need = (n_keys + page_size - 1) / page_size;
   const int* bt = block_table + static_cast<size_t>(b) * max_pages;
@@ -714,8 +764,9 @@ extern "C" __global__ void __launch_bounds__(tv::kThreads) tree_verify_plan_kern
     for (int j = tid; j < pad; j += blockDim.x) table[static_cast<size_t>(gridDim.x) * max_pages + j] = 0;
   if (tid == 0) {
     lens[b] = static_cast<int>(P_ok);
-    split_chunk[b] = forced_chunk > 0 ? forced_chunk : tv::default_split_chunk(P_ok + Q, static_cast<long long>(Q) * H,
-                                                                              variant, budget);
+    split_chunk[b] = forced_chunk > 0  ? forced_chunk
+                     : batch_chunk > 0 ? batch_chunk
+                                       : tv::default_split_chunk(P_ok + Q, rows, variant, budget);
     split_off[b] = static_cast<long long>(b) * most;
   }
 }

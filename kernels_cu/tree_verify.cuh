@@ -158,6 +158,63 @@ TV_HD constexpr long long n_splits(long long n_keys, long long chunk) { return c
 
 TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows, kCombineRows); }
 
+// Planned split rule (variant sm90a_planned: kernels_cu/specs.py). The batch-invariant rule above cuts every request
+// alike whatever else is in the batch: 15-16 splits a request at prefix 8k even where the batch already fills the
+// GPU, each split's partial output written and read back by the combine kernel. The planned rule sees the whole
+// batch and gives all its requests one chunk of k key blocks, the k that minimises a model of the launch's time:
+//   waves(k) x (k + kPlanCtaOverhead) [+ kPlanCombine where a request splits],
+// waves(k) = ceil(row_tiles x sum_b ceil(blocks_b / k) / ctas), ctas = CTAs a wave (one per SM: the sm90a kernel's
+// occupancy), kPlanCtaOverhead = a CTA's fixed cost (q tile, the first S, its epilogue) in key blocks. The k tried
+// are ceil(longest / s) for s = 1 .. kPlanSplitsTried splits of the longest request, none under kPlanMinChunk keys;
+// ties go to fewer splits. Where the batch fills the GPU this gives one split a request (no partial outputs, no
+// combine); at bs 1 as many short splits as a wave holds. A request's bits then depend on the batch (the variant
+// declares batch_invariant = False); for the same batch they are the same run to run. The plan is made once per
+// batch: on the host for the checked call (kernels_cu/tree_verify_ops.py), by tree_verify_plan_kernel on the device
+// for the deferred one, with the functions below (both sum the same integers).
+constexpr long long kPlanMinChunk = 256;
+constexpr long long kPlanSplitsTried = 128;
+constexpr long long kPlanCtaOverhead = 2;
+constexpr long long kPlanCombine = 2;
+
+TV_HD constexpr long long plan_min_blocks(int v) { return ceil_div(kPlanMinChunk, block_n(v)); }
+// Candidate s (1-based: splits of the longest request): its chunk in blocks, or 0 where none is tried (under the
+// minimum chunk, or the same chunk as candidate s - 1).
+TV_HD constexpr long long plan_candidate(long long s, long long longest_blocks, int v) {
+  const long long k = ceil_div(longest_blocks, s);
+  if (s > 1 && (k < plan_min_blocks(v) || k == ceil_div(longest_blocks, s - 1))) return 0;
+  return k;
+}
+// The model's time of chunk k, in key blocks, given the batch's sum of splits at k and the request count.
+TV_HD constexpr long long plan_cost(long long k, long long splits_sum, long long bs, long long tiles, long long ctas) {
+  return ceil_div(tiles * splits_sum, ctas) * (k + kPlanCtaOverhead) + (splits_sum > bs ? kPlanCombine : 0);
+}
+// Of two candidates (cost, s), whether a is the better: lower cost, then fewer splits.
+TV_HD constexpr bool plan_better(long long cost_a, long long s_a, long long cost_b, long long s_b) {
+  return cost_a < cost_b || (cost_a == cost_b && s_a < s_b);
+}
+// The batch's chunk in keys, serially (the host's plan): blocks_of(b) = request b's key blocks.
+template <class BlocksOf>
+TV_HD inline long long planned_chunk(int bs, long long tiles, long long ctas, int v, BlocksOf blocks_of) {
+  long long longest = 1;
+  for (int b = 0; b < bs; ++b) longest = blocks_of(b) > longest ? blocks_of(b) : longest;
+  long long best_k = longest, best_cost = -1, best_s = 0;
+  for (long long s = 1; s <= kPlanSplitsTried; ++s) {
+    const long long k = plan_candidate(s, longest, v);
+    if (k == 0) continue;
+    long long sum = 0;
+    for (int b = 0; b < bs; ++b) sum += ceil_div(blocks_of(b), k);
+    const long long cost = plan_cost(k, sum, bs, tiles, ctas);
+    if (best_cost < 0 || plan_better(cost, s, best_cost, best_s)) best_k = k, best_cost = cost, best_s = s;
+  }
+  return best_k * block_n(v);
+}
+// The most splits the planned rule gives a request of at most max_keys keys in any batch: a deferred call's grid and
+// partial slots, planned before the lengths are known.
+TV_HD constexpr long long planned_max_splits(long long max_keys, int v) {
+  const long long by_chunk = n_splits(max_keys, plan_min_blocks(v) * block_n(v));
+  return by_chunk < kPlanSplitsTried ? (by_chunk > 1 ? by_chunk : 1) : kPlanSplitsTried;
+}
+
 // The most splits of any request with at most `max_keys` keys (a deferred call's grid and partial slots, planned
 // before the lengths are known: kernels_cu/tree_verify_ops.py prepare_deferred). With an explicit chunk, the longest
 // request's; by the default rule, the splits aimed at for the longest, which rounding chunks up to whole key blocks
@@ -197,5 +254,6 @@ TV_HD inline void geometry_fields(long long n_keys, long long rows, int v, long 
   out[14] = v == kSm90a ? 0 : t.prefetch;
   out[15] = max_splits(n_keys, rows, v, chunk, budget);
 }
+
 
 }  // namespace tv

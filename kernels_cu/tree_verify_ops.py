@@ -8,8 +8,9 @@ that variant is served by the portable kernel (`served_by` names the spec that r
 TMA descriptor (a CUtensorMap encoded here, copied to the device with the call's other inputs).
 
 Split-KV: request b's keys are cut into chunks of `split_chunk` keys (default: the header's rule, from the
-request's own length and Q·H); a request with one chunk is written by the attention kernel directly, the
-others get partial-output slots that the combine kernel merges in chunk order.
+request's own length and Q·H; for the planned variant sm90a_planned, the header's planned rule, one chunk for the
+whole batch from every request's length and the GPU's SMs); a request with one chunk is written by the attention
+kernel directly, the others get partial-output slots that the combine kernel merges in chunk order.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ _ENTRIES = {"bf16": ("tree_verify_bf16_kernel", "tree_verify_combine_bf16_kernel
 PORTABLE = "portable"
 PLAN_ENTRY = "tree_verify_plan_kernel"  # the deferred path's checks and split plan (portable's build)
 SM90A = "sm90a"
+PLANNED = "TV_PLANNED"  # the define of a variant whose split plan is made for the whole batch (sm90a_planned)
 # Which spec served the calls of which spec, per input kind, since the last take_served() (the conformance
 # report lists it, so a case that fell back from sm90a to portable says so).
 _SERVED: collections.Counter = collections.Counter()
@@ -86,9 +88,19 @@ def page_size_classes() -> dict[int, str]:
     return dict(sorted(out.items()))
 
 
+def is_sm90a(spec: KernelSpec) -> bool:
+    """Whether spec builds the sm90a kernel (sm90a, or its planned mode sm90a_planned)."""
+    return spec.source == "tree_verify_sm90a.cu"
+
+
+def is_planned(spec: KernelSpec) -> bool:
+    """Whether spec plans its splits for the whole batch (tree_verify.cuh's planned rule)."""
+    return spec.all_defines().get(PLANNED) == "1"
+
+
 def served_by(spec: KernelSpec, dtype_name: str, page_size: int) -> KernelSpec:
-    """The spec that runs a call for `spec`: the sm90a variant hands what it does not take to portable."""
-    if spec.variant == SM90A and not sm90a_takes(dtype_name, page_size):
+    """The spec that runs a call for `spec`: the sm90a variants hand what they do not take to portable."""
+    if is_sm90a(spec) and not sm90a_takes(dtype_name, page_size):
         return specs.get(spec.slug, PORTABLE)
     return spec
 
@@ -149,11 +161,21 @@ MAX_GRID_Y = 65535  # splits per request (grid y)
 MAX_PARTIAL_BYTES = 8 << 30
 
 
-def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None, *, budget: int):
+def plan_ctas() -> int:
+    """CTAs a wave of the planned sm90a launch: one per SM (the kernel's shared memory allows one)."""
+    return runtime.sm_count()
+
+
+def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None, *, budget: int,
+               planned: bool = False):  # fmt: skip
     """(chunk per request, first partial slot per request, partial slots, splits of the longest request).
     A request with one split needs no slot (its slot entry is 0 and unused). dtype_name is the kernel:
-    'bf16', 'fp32' or 'sm90a'; budget the build's (budget(spec))."""
+    'bf16', 'fp32' or 'sm90a'; budget the build's (budget(spec)); planned: the batch's chunk by the planned rule
+    (made once here, for every launch of the prepared call) unless split_chunk forces one."""
     var = geometry.tree_verify_variant(dtype_name)
+    if planned and not split_chunk:
+        keys = [int(p) + Q for p in prefix_lens]
+        split_chunk = geometry.tree_verify_planned(keys, Q * H, var, plan_ctas())[0]
     chunk = np.empty(len(prefix_lens), np.int64)
     first = np.zeros(len(prefix_lens), np.int64)
     slots = most = 0
@@ -185,7 +207,8 @@ class _Call:
         name = "bf16" if d["T"] == BF16 else "fp32"
         requested, self.spec = spec, served_by(spec, name, d["page_size"])
         _SERVED[(requested.name, self.spec.name, name, d["page_size"])] += 1
-        self.name = SM90A if self.spec.variant == SM90A else name
+        self.name = SM90A if is_sm90a(self.spec) else name
+        self.planned = is_planned(self.spec)
         self.budget = budget(self.spec)
         self.geo = geometry.tree_verify(1, self.Q * self.H, geometry.tree_verify_variant(self.name), budget=self.budget)
         # one combine kernel (and one plan kernel) for both: portable's
@@ -254,7 +277,7 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     split_chunk = _forced_chunk(split_chunk)
     call = _Call(spec, lib, like, dev, checked)
     chunk, first, slots, most = split_plan(checked.args["prefix_lens"], call.Q, call.H, call.name, split_chunk,
-                                           budget=call.budget)  # fmt: skip
+                                           budget=call.budget, planned=call.planned)  # fmt: skip
     call.check_plan(split_chunk, slots, most)
     st, launch, _, out, lse = call.stage(slots, most, lambda st: {"chunk": st.input(chunk), "first": st.input(first)})
     prepared = Prepared(st, launch, lambda: Verified(st.result(out), st.result(lse)))
@@ -280,6 +303,10 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
     max_context = integer("max_context", max_context, Q, limits.MAX_CONTEXT)
     var = geometry.tree_verify_variant(call.name)
     most = geometry.tree_verify(max_context, Q * call.H, var, split_chunk or 0, budget=call.budget)["max_splits"]
+    ctas = 0  # the plan kernel's planned rule: CTAs a wave (0: each request's own chunk)
+    if call.planned and not split_chunk:
+        ctas = plan_ctas()
+        most = geometry.tree_verify_planned([max_context], Q * call.H, var, ctas, max_context)[1]
     slots = bs * most if most > 1 else 0
     call.check_plan(split_chunk, slots, most, max_context)
     max_pages = d["max_pages"]
@@ -296,7 +323,7 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
     plan_args = (ins["prefix_lens"], ins["block_table"], ins["visibility"], np.int32(Q), np.int32(call.H),
                  np.int32(d["page_size"]), np.int32(max_pages), np.int64(d["num_pages"]), np.int64(max_context),
                  np.int32(var), np.int64(split_chunk or 0), np.int64(call.budget), np.int64(most), np.int32(pad),
-                 plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
+                 np.int64(ctas), plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
 
     def launch():
         flag.clear(st)

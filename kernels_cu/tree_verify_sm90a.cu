@@ -46,6 +46,12 @@
 
 namespace {
 
+// P·V's instruction shape: one m64n256k16 per k-step (0, the default), or four m64n64k16 (1: the shape before,
+// kept for the timing comparison in lab/tree_verify_dev.py).
+#ifndef TV_PV_N64
+#define TV_PV_N64 0
+#endif
+
 constexpr int kRows = 64;                   // rows per CTA = wgmma M
 constexpr int kBN = tv::kSm90aBlockN;       // keys per block = wgmma N of S, K of P·V
 constexpr int kSlab = tv::kSm90aSlabBytes;  // bytes per 64-column slab of a 64-row tile
@@ -135,10 +141,17 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint
 __device__ __forceinline__ uint64_t desc_k(uint32_t base, int c, int ks) {
   return desc_sw128(base + c * kSlab + ks * 32, 16, 1024);
 }
+#if TV_PV_N64
 // V read MN-major: one instruction spans one 64-column slab (one swizzle atom wide), k-step kk is 16 keys =
 // 16 rows of 128 bytes; only the stride between 8-key row groups (1024 bytes) is used (both offsets carry it).
 __device__ __forceinline__ uint64_t desc_v(uint32_t buf, int c, int kk) {
   return desc_sw128(buf + c * kSlab + kk * 16 * 128, 1024, 1024);
+}
+#endif
+// V read MN-major over 256 columns, slabs c0 .. c0 + 3: the 64-column swizzle atoms follow each other a slab apart
+// (leading byte offset kSlab), 8-key row groups 1024 bytes apart (stride byte offset).
+__device__ __forceinline__ uint64_t desc_v256(uint32_t buf, int c0, int kk) {
+  return desc_sw128(buf + c0 * kSlab + kk * 16 * 128, kSlab, 1024);
 }
 
 // Pin accumulator (or fragment) registers at this point of the program: ptxas may not move their
@@ -174,6 +187,42 @@ __device__ __forceinline__ void wg_wait() {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
   "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
 
+// m64n256 accumulators: the whole 64 x 256 half of O a warpgroup holds, o[4][32] in its order. The D fragment of
+// m64nNk16 puts value i of a thread at row 8·((i >> 1) & 1) + its row and column 8·(i / 4) + 2·(lane % 4) + (i & 1),
+// so o[n][e] (value 32n + e) is column 64n + 8·(e / 4) + 2·(lane % 4) + (e & 1): the columns four m64n64 tiles give
+// o[n], and the epilogue's indexing holds for both shapes.
+#define TV_D128(o) \
+  "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[0][4]), "+f"(o[0][5]), \
+  "+f"(o[0][6]), "+f"(o[0][7]), "+f"(o[0][8]), "+f"(o[0][9]), "+f"(o[0][10]), "+f"(o[0][11]), \
+  "+f"(o[0][12]), "+f"(o[0][13]), "+f"(o[0][14]), "+f"(o[0][15]), "+f"(o[0][16]), "+f"(o[0][17]), \
+  "+f"(o[0][18]), "+f"(o[0][19]), "+f"(o[0][20]), "+f"(o[0][21]), "+f"(o[0][22]), "+f"(o[0][23]), \
+  "+f"(o[0][24]), "+f"(o[0][25]), "+f"(o[0][26]), "+f"(o[0][27]), "+f"(o[0][28]), "+f"(o[0][29]), \
+  "+f"(o[0][30]), "+f"(o[0][31]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]), \
+  "+f"(o[1][4]), "+f"(o[1][5]), "+f"(o[1][6]), "+f"(o[1][7]), "+f"(o[1][8]), "+f"(o[1][9]), \
+  "+f"(o[1][10]), "+f"(o[1][11]), "+f"(o[1][12]), "+f"(o[1][13]), "+f"(o[1][14]), "+f"(o[1][15]), \
+  "+f"(o[1][16]), "+f"(o[1][17]), "+f"(o[1][18]), "+f"(o[1][19]), "+f"(o[1][20]), "+f"(o[1][21]), \
+  "+f"(o[1][22]), "+f"(o[1][23]), "+f"(o[1][24]), "+f"(o[1][25]), "+f"(o[1][26]), "+f"(o[1][27]), \
+  "+f"(o[1][28]), "+f"(o[1][29]), "+f"(o[1][30]), "+f"(o[1][31]), "+f"(o[2][0]), "+f"(o[2][1]), \
+  "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[2][4]), "+f"(o[2][5]), "+f"(o[2][6]), "+f"(o[2][7]), \
+  "+f"(o[2][8]), "+f"(o[2][9]), "+f"(o[2][10]), "+f"(o[2][11]), "+f"(o[2][12]), "+f"(o[2][13]), \
+  "+f"(o[2][14]), "+f"(o[2][15]), "+f"(o[2][16]), "+f"(o[2][17]), "+f"(o[2][18]), "+f"(o[2][19]), \
+  "+f"(o[2][20]), "+f"(o[2][21]), "+f"(o[2][22]), "+f"(o[2][23]), "+f"(o[2][24]), "+f"(o[2][25]), \
+  "+f"(o[2][26]), "+f"(o[2][27]), "+f"(o[2][28]), "+f"(o[2][29]), "+f"(o[2][30]), "+f"(o[2][31]), \
+  "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]), "+f"(o[3][4]), "+f"(o[3][5]), \
+  "+f"(o[3][6]), "+f"(o[3][7]), "+f"(o[3][8]), "+f"(o[3][9]), "+f"(o[3][10]), "+f"(o[3][11]), \
+  "+f"(o[3][12]), "+f"(o[3][13]), "+f"(o[3][14]), "+f"(o[3][15]), "+f"(o[3][16]), "+f"(o[3][17]), \
+  "+f"(o[3][18]), "+f"(o[3][19]), "+f"(o[3][20]), "+f"(o[3][21]), "+f"(o[3][22]), "+f"(o[3][23]), \
+  "+f"(o[3][24]), "+f"(o[3][25]), "+f"(o[3][26]), "+f"(o[3][27]), "+f"(o[3][28]), "+f"(o[3][29]), \
+  "+f"(o[3][30]), "+f"(o[3][31])
+#define TV_R128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, " \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, " \
+  "%62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, " \
+  "%101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, " \
+  "%117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
 // D[64x64] (+)= A[64x16] · B[16x64], A and B K-major in shared memory (S = q·kᵀ).
 __device__ __forceinline__ void wgmma_ss_kk(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
   asm volatile(
@@ -183,6 +232,7 @@ __device__ __forceinline__ void wgmma_ss_kk(float (&d)[32], uint64_t a, uint64_t
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+#if TV_PV_N64  // the m64n64 shape of P·V (a timing comparison)
 // D[64x64] += A[64x16] · B[16x64], A K-major in shared memory (sP), B MN-major in shared memory (V).
 __device__ __forceinline__ void wgmma_ss_kmn(float (&d)[32], uint64_t a, uint64_t b) {
   asm volatile(
@@ -199,6 +249,29 @@ __device__ __forceinline__ void wgmma_rs_mn(float (&d)[32], const uint32_t (&a)[
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
       : TV_D32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+#endif
+
+// O[64x256] += A[64x16] · B[16x256], A in registers (P), B MN-major in shared memory (V: 4 slabs of 64 columns,
+// desc_v256). One instruction per k-step instead of four m64n64: B's 16 x 256 values are read once and A is not
+// re-issued per 64 columns.
+__device__ __forceinline__ void wgmma_rs_mn256(float (&o)[4][32], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TV_R128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : TV_D128(o)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// O[64x256] += A[64x16] · B[16x256], A K-major in shared memory (the other warpgroup's P), B as above: A is read once
+// per k-step instead of once per 64 columns (the shared-memory traffic of P·V from shared memory falls from 4 KB per
+// 32 tensor cycles to 10 KB per 128).
+__device__ __forceinline__ void wgmma_ss_kmn256(float (&o)[4][32], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TV_R128 ", %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : TV_D128(o)
+      : "l"(a), "l"(b), "r"(1));
 }
 
 // Bit `col` of visibility row `row` of one request ([Q, W] words): does query `row` see tree row `col`?
@@ -419,9 +492,13 @@ __device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4],
   wg_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
+#if TV_PV_N64
     if (kk) wg_fence();  // a new A fragment (else ptxas injects the fence itself)
 #pragma unroll
     for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));
+#else
+    wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));
+#endif
   }
   wg_commit();
 }
@@ -429,9 +506,14 @@ __device__ __forceinline__ void pv_smem(float (&o)[4][32], uint32_t sP, uint32_t
   pin(o);
   wg_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < 4; ++kk) {
+#if TV_PV_N64
 #pragma unroll
     for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));
+#else
+    wgmma_ss_kmn256(o, desc_k(sP, 0, kk), desc_v256(vbuf, wg * 4, kk));
+#endif
+  }
   wg_commit();
 }
 

@@ -369,8 +369,8 @@ VARIANTS_SM90A = {
         ("wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), !(first && ks == 0));", "(void)first;"),
     ],
     "no_pv_products": [
-        ("for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));", ";"),
-        ("for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));", ";"),
+        ("wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));", ";"),
+        ("wgmma_ss_kmn256(o, desc_k(sP, 0, kk), desc_v256(vbuf, wg * 4, kk));", ";"),
     ],
     "no_exp_no_mask": [
         ("ex2(fmaf(acc[i], scale_log2, -m_use[h]))", "fmaf(acc[i], scale_log2, -m_use[h])"),

@@ -13,7 +13,7 @@
 # Needs: pip, unzip-capable python, nvcc (CUDA 13.0 here), ninja, strip, and a python with torch (CPU is enough),
 # packaging, requests, tqdm and nvidia-ml-py for the prebuild: PREBUILD_PYTHON (default: python3 with torch
 # importable, e.g. PYTHONPATH set to a torch install; a venv with
-# `pip install torch packaging requests tqdm nvidia-ml-py` does). The top-k module takes long on few cores (nvcc, one job per source: MAX_JOBS, default 2); a rerun into
+# `pip install torch packaging requests tqdm nvidia-ml-py` does). The top-k module takes long on few cores (nvcc, one job per source: MAX_JOBS, default 2; PEERS_SKIP_TOPK=1 skips it); a rerun into
 # the same OUT reuses the objects already compiled (the unpacked sources keep their archive times, so ninja finds them
 # up to date).
 set -euo pipefail
@@ -108,7 +108,7 @@ export CUDA_HOME="$CUDA_TREE"
 echo "peers_setup: prebuilding FlashInfer's MLA and top-k modules for sm_90a (nvcc; the top-k one is long)"
 export FLASHINFER_CUDA_ARCH_LIST="9.0a" FLASHINFER_WORKSPACE_BASE="$PWD/$OUT/build/ws" TVM_FFI_DISABLE_TORCH_C_DLPACK=1
 PYTHONPATH="$PWD/$OUT/build/site${PYTHONPATH:+:$PYTHONPATH}" MAX_JOBS=${MAX_JOBS:-2} "$BUILD_PY" - "$PWD/$OUT/site" <<'PYEOF'
-import pathlib, shutil, sys, time
+import os, pathlib, shutil, sys, time
 
 import torch
 from flashinfer.jit.attention import gen_batch_mla_module
@@ -120,8 +120,10 @@ mla = lambda backend: gen_batch_mla_module(  # noqa: E731
 )
 # (what, spec, required): fa2 is optional (the fa3 module is what the MLA peers need); the top-k module is one
 # module for every dtype and index width flashinfer.topk.top_k takes (its sources dispatch on them inside)
+# PEERS_SKIP_TOPK=1 leaves the long top-k build out (the tree_verify comparisons need only the MLA modules)
+skip_topk = os.environ.get("PEERS_SKIP_TOPK") == "1"
 for what, spec, required in (("mla fa3", mla("fa3"), True), ("mla fa2", mla("fa2"), False),
-                             ("top-k", gen_topk_module(), False)):
+                             *(() if skip_topk else (("top-k", gen_topk_module(), False),))):
     t = time.time()
     try:
         spec.build()
