@@ -105,9 +105,9 @@ def _library() -> ctypes.CDLL:
     )
     lib.tv_unbounded_budget.restype = ctypes.c_longlong
     lib.tv_planned_chunk.restype = None
-    lib.tv_planned_chunk.argtypes = [i64p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [
-        i64p
-    ]
+    lib.tv_planned_chunk.argtypes = (
+        [i64p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
+    )
     lib.geom_draft_topk_geometry.restype = None
     lib.geom_draft_topk_geometry.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
