@@ -86,7 +86,7 @@ def check(case, out, lse, *, requests=None, queries: int = 2) -> dict:
     lse and TV.2.2's out tolerance (the clauses' own numbers)."""
     import torch
 
-    bs, Q, _H, P = case.shape
+    bs, Q, _H, _P = case.shape
     reqs = sorted(set(requests if requests is not None else (0, bs - 1)))
     qs = sorted({*range(min(queries, Q)), Q - 1})
     cos_tol = spec.clause("TV.2.7").tolerance()["max_cos_diff"]
@@ -95,6 +95,7 @@ def check(case, out, lse, *, requests=None, queries: int = 2) -> dict:
     ok = True
     page = case.kv.shape[1]
     for b in reqs:
+        P = int(case.prefix_lens[b])
         pos = np.arange(P + Q)
         rows = torch.from_numpy(case.block_table[b, pos // page].astype(np.int64) * page + pos % page)
         k = case.kv.view(-1, case.kv.shape[-1])[rows.to(case.kv.device)].double()  # [P + Q, 576]

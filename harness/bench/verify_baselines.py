@@ -61,13 +61,20 @@ class Case:
 
     @property
     def shape(self):
+        """(bs, Q, H, prefix): the prefix of request 0 (every request's, but in a mixed-length case)."""
         bs, Q, H, _ = self.q.shape
         return bs, Q, H, int(self.prefix_lens[0])
 
+    @property
+    def uniform(self) -> bool:
+        """Every request has the same prefix (the torch comparators take no other)."""
+        return bool((self.prefix_lens == self.prefix_lens[0]).all())
 
-def make_case(bs: int, Q: int, H: int, prefix: int, *, device, dtype=None, seed: int = 0, chain: bool = False) -> Case:
+
+def make_case(bs: int, Q: int, H: int, prefix, *, device, dtype=None, seed: int = 0, chain: bool = False) -> Case:
     """A DDTree-shaped tree of Q nodes over the batch, or (`chain`) a chain of Q nodes: what the public MLA
-    decode kernels' causal mask computes (harness/bench/peers.py)."""
+    decode kernels' causal mask computes (harness/bench/peers.py). prefix: one length for every request, or one
+    per request (a mixed-length batch)."""
     import torch
 
     dtype = dtype or torch.bfloat16
@@ -75,30 +82,41 @@ def make_case(bs: int, Q: int, H: int, prefix: int, *, device, dtype=None, seed:
     depths = np.zeros(Q, np.int32)
     for i in range(1, Q):
         depths[i] = depths[par[i]] + 1
-    prefix_lens = np.full(bs, prefix, np.int32)
+    prefix_lens = np.broadcast_to(np.asarray(prefix, np.int32), (bs,)).copy()
+    prefix = int(prefix_lens.max())
     vis1 = tree_build.layouts(par[None], depths[None], np.array([Q], np.int32), prefix_lens[:1])[0]
     vis = np.ascontiguousarray(np.repeat(vis1, bs, axis=0))
     per = -(-(prefix + Q) // PAGE)
     rng = np.random.default_rng(seed + 1)
-    block_table = rng.permutation(bs * per).astype(np.int32).reshape(bs, per)
+    if (prefix_lens == prefix).all():
+        pages = bs * per
+        block_table = rng.permutation(pages).astype(np.int32).reshape(bs, per)
+    else:  # each request its own pages (a long tail would otherwise give every request the longest's), 0 past them
+        need = -(-(prefix_lens.astype(np.int64) + Q) // PAGE)
+        pages = int(need.sum())
+        perm = rng.permutation(pages).astype(np.int32)
+        block_table = np.zeros((bs, per), np.int32)
+        for b, start in enumerate(np.cumsum(need) - need):
+            block_table[b, : need[b]] = perm[start : start + need[b]]
     gen = torch.Generator(device=device).manual_seed(seed)
-    kv = (torch.randn(bs * per, PAGE, HEAD_DIM, device=device, dtype=dtype, generator=gen) * 0.5).contiguous()
+    kv = (torch.randn(pages, PAGE, HEAD_DIM, device=device, dtype=dtype, generator=gen) * 0.5).contiguous()
     q = torch.randn(bs, Q, H, HEAD_DIM, device=device, dtype=dtype, generator=gen).contiguous()
     return Case(q, kv, block_table, prefix_lens, vis, softmax_scale(H))
 
 
 def useful_flops(case: Case) -> int:
     """2·H·Σ_q (prefix + visible tree rows)·(576 + 512): the scores and P·V a query needs."""
-    bs, Q, H, P = case.shape
+    _bs, Q, H, _P = case.shape
     tree_keys = int(np.unpackbits(case.visibility.view(np.uint8), bitorder="little").sum())
-    return 2 * H * (bs * Q * P + tree_keys) * (HEAD_DIM + LATENT)
+    return 2 * H * (Q * int(case.prefix_lens.astype(np.int64).sum()) + tree_keys) * (HEAD_DIM + LATENT)
 
 
 def min_bytes(case: Case) -> int:
     """Each cache row read once, q read, out (and lse) written: the floor of bytes moved."""
-    bs, Q, H, P = case.shape
+    bs, Q, H, _P = case.shape
     e = case.q.element_size()
-    return bs * (P + Q) * HEAD_DIM * e + bs * Q * H * (HEAD_DIM * e + LATENT * e + 4)
+    keys = int(case.prefix_lens.astype(np.int64).sum()) + bs * Q
+    return keys * HEAD_DIM * e + bs * Q * H * (HEAD_DIM * e + LATENT * e + 4)
 
 
 def dense_mask(case: Case, device):
@@ -106,6 +124,7 @@ def dense_mask(case: Case, device):
     import torch
 
     bs, Q, _H, P = case.shape
+    _uniform(case)
     bits = tree_build.unpack_visibility(case.visibility, Q)  # [bs, Q, Q] bool
     m = torch.ones(bs, Q, P + Q, dtype=torch.bool, device=device)
     m[:, :, P:] = torch.from_numpy(np.ascontiguousarray(bits)).to(device)
@@ -117,9 +136,15 @@ def row_index(case: Case, device):
     import torch
 
     _bs, Q, _H, P = case.shape
+    _uniform(case)
     pos = np.arange(P + Q)
     rows = case.block_table[:, pos // PAGE].astype(np.int64) * PAGE + pos % PAGE
     return torch.from_numpy(rows).to(device)
+
+
+def _uniform(case: Case) -> None:
+    if not case.uniform:
+        raise ValueError("the torch comparators take a batch of one prefix length, not a mixed-length one")
 
 
 def gather(kv, rows):

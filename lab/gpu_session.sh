@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One GPU run of the checks and timings a kernel change needs, in one call: the timings alone on the GPU first, then
+# the correctness stages side by side (they share the GPU, not its timing). Not part of the suite.
+# Usage: lab/gpu_session.sh OUT [stages...]
+#   stages (default: step verify race fixed):
+#     step     the step's refused rounds (ST.2.3, ST.2.4) on every cuda variant; the original failure's cases under
+#              compute-sanitizer memcheck; the tree_build mutant that builds on refused values (must be killed)
+#     verify   tree_verify's conformance (its own tests, the device arrays' and the fixtures') for sm90a and
+#              sm90a_planned, and the dev tool's smoke checks of both
+#     race     python -m lab.tree_verify_race (sm90a builds beside FlashMLA / FlashInfer / the cascades)
+#     fixed    Nsight Compute's per-kernel durations of bs-1 calls (python -m lab.tree_verify_race fixed)
+#     torch_ops  the PyTorch operators' GPU checks (tools/torch_ops_gpu_check.sh, where it exists)
+# Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick). The peers are imported
+# from PYTHONPATH (tools/peers_setup.sh's .peers/site). OUT gets summary.txt, env.txt, race.json, race.md and
+# logs.tar.gz (every log and the conformance reports).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+OUT=${1:?usage: lab/gpu_session.sh OUT [stages]}; shift
+STAGES=${*:-step verify race fixed}
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-12}
+mkdir -p "$OUT/logs"
+export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-quick}
+export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+stage() {  # name timeout_s command...: its log, rc, last result line and first failures go to the summary
+  local name=$1 t=$2; shift 2; local t0=$SECONDS
+  timeout -k 20 "$t" "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?
+  summary "$name: rc=$rc, $((SECONDS - t0)) s; $(grep -E '(passed|failed|ERROR SUMMARY|killed|error)' \
+    "$OUT/logs/$name.log" | tail -1 | cut -c1-300)"
+  [ $rc -eq 0 ] || grep -hE '^(FAILED|ERROR) |Error|error:' "$OUT/logs/$name.log" | head -n 6 | cut -c1-400 \
+    | sed "s/^/  $name: /" | tee -a "$OUT/summary.txt"
+}
+{ date -u; echo "revision $GIT_REVISION"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem \
+  --format=csv; "$PY" --version; "$PY" -m pip list 2>/dev/null | grep -iE '^(torch|cuda-|nvidia-cuda-nvrtc|pytest) '
+} >"$OUT/env.txt" 2>&1
+summary "gpu session $GIT_REVISION on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ): $STAGES"
+
+step_checks() {
+  stage step 200 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_step.py -k refused --impl cuda --impl cuda:sm90a_planned -n "$JOBS" \
+    --report-dir "$OUT/logs/step" &
+  stage step_memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -m pytest \
+    conformance/test_step.py -k stops_the_step --impl cuda:select_verify --impl cuda:select_race \
+    --impl cuda:prefilter --require-gpu -q -p no:cacheprovider -p no:xdist --report-dir "$OUT/logs/memcheck" &
+  stage mutant_refused 200 "$PY" -m pytest meta/test_kernel_mutants.py -k k_tb_builds_on_refused_values -q \
+    -p no:cacheprovider -p no:xdist -rA &
+  wait
+}
+verify_checks() {
+  stage verify 200 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_tree_verify.py conformance/test_device_arrays.py \
+    conformance/test_fixtures.py conformance/test_extremes_verify.py -k tree_verify --impl cuda:sm90a \
+    --impl cuda:sm90a_planned -n "$JOBS" --report-dir "$OUT/logs/verify" &
+  stage smoke_sm90a 150 "$PY" -m lab.tree_verify_dev smoke --variant sm90a &
+  stage smoke_planned 150 "$PY" -m lab.tree_verify_dev smoke --variant sm90a_planned &
+  wait
+}
+for s in $STAGES; do case $s in  # the timings first, alone on the GPU
+  race) read -r -a race_args <<< "${RACE_ARGS:-}"  # a list of arguments
+    stage race 280 "$PY" -m lab.tree_verify_race --json "$OUT/race.json" "${race_args[@]}"
+    sed -n '/^### /,$p' "$OUT/logs/race.log" > "$OUT/race.md" ;;
+  fixed) stage fixed 70 ncu --metrics gpu__time_duration.sum --cache-control none --clock-control none \
+    "$PY" -m lab.tree_verify_race fixed
+    grep -E '^  [a-zA-Z_].*\(|gpu__time_duration' "$OUT/logs/fixed.log" | paste - - | cut -c1-200 \
+      | sed 's/^/  fixed: /' | tee -a "$OUT/summary.txt" ;;
+  torch_ops) if [ -x tools/torch_ops_gpu_check.sh ]; then
+      stage torch_ops 300 tools/torch_ops_gpu_check.sh "$OUT/logs/torch_ops"; fi ;;
+esac; done
+for s in $STAGES; do case $s in  # then the correctness stages side by side
+  step) step_checks & ;;
+  verify) verify_checks & ;;
+esac; done
+wait
+# (a call brings back few files: the logs and reports in one archive)
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"

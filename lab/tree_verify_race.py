@@ -1,0 +1,208 @@
+"""tree_verify's sm90a kernels beside the public MLA kernels, in one run on one GPU (not part of the test suite):
+
+  python3 -m lab.tree_verify_race [--json F] [--quick]     # chains, mixed-length batches, trees: a table per grid
+  python3 -m lab.tree_verify_race fixed                     # bs 1 launches for ncu's per-kernel durations
+
+Each shape is timed for every sm90a build in BUILDS (the batch-invariant variant, the P·V shape before it, and the
+planned variant) and for the peers (FlashMLA and FlashInfer MLA fa3 on chains, both cascades on trees), all on the
+same inputs (harness/bench/verify_baselines.make_case), each output checked first: ours against a float32 attention
+(request 0), the peers against the float64 oracle (harness/bench/peers.check). Times as the perf suite takes them
+(harness/timing: ours from CUDA graph replays with the L2 flushed or inputs rotated, the peers with torch events,
+a flush and their host launch hidden), with the read ceiling and the bf16 matmul rate measured in the same run
+(harness/bench/ceilings). The committed benchmark is perf/bench_tree_verify.py; this is the quick look a kernel
+change needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import numpy as np
+
+K = 1024
+# (H, Q, prefix, bs): the chain grid's corners and the shapes the issue quotes
+CHAINS = [(64, 2, 8 * K, 1), (16, 1, 32 * K, 1), (128, 4, 8 * K, 1), (16, 1, 8 * K, 128), (128, 1, 8 * K, 128),
+          (128, 2, 8 * K, 32), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128), (64, 16, 8 * K, 32), (16, 4, 32 * K, 128),
+          (128, 16, 32 * K, 32)]  # fmt: skip
+QUICK_CHAINS = [(64, 2, 8 * K, 1), (16, 1, 8 * K, 128), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128)]
+MIXED_PREFIXES = [4641, 45118, 1730, 1696]  # ThunderMLA's mixed-length batch
+
+
+def lognormal_prefixes(bs: int, seed: int = 7, median: int = 8 * K, sigma: float = 1.0, most: int = 128 * K):
+    """A seeded log-normal batch of prefixes, median 8k, a long tail cut at 128k."""
+    rng = np.random.default_rng(seed)
+    return np.clip(np.round(median * np.exp(sigma * rng.standard_normal(bs))), 64, most).astype(np.int32)
+
+
+def mixed_shapes():
+    """(label, H, Q, prefixes): the mixed-length batches, chains."""
+    out = [(f"mixed4 Q{Q}", 128, Q, MIXED_PREFIXES) for Q in (1, 2, 4)]
+    out += [(f"lognormal bs{bs} Q{Q}", 64, Q, lognormal_prefixes(bs)) for bs in (32, 128) for Q in (2,)]
+    return out
+
+
+TREES = [(64, 17, 8 * K, 8), (64, 17, 8 * K, 32), (128, 65, 8 * K, 8), (64, 257, 8 * K, 1)]
+
+
+def builds():
+    """{label: KernelSpec}: the sm90a builds compared."""
+    from kernels_cu import specs
+
+    base = specs.get("tree_verify", "sm90a")
+    return {
+        "sm90a_pv64": base.with_defines("sm90a_pv64", TV_PV_N64="1"),  # P·V as four m64n64 (before)
+        "sm90a": base,
+        "sm90a_planned": specs.get("tree_verify", "sm90a_planned"),
+    }
+
+
+def time_ours(spec, case, plan, policy):
+    from harness import timing
+    from harness.bench import verify_baselines as vb
+    from kernels_cu import tree_verify_ops
+
+    p = tree_verify_ops.prepare(spec, case.q, case.kv, case.block_table, case.prefix_lens, case.visibility, case.scale)
+    try:
+        p.launch()
+        res = p.results()
+        err = vb.spot_check(case, res.out, vb.row_index(case, "cuda")) if case.uniform else None
+        dev, _ = timing.device_times_us([p.launch], plan=plan, policy=policy)
+    finally:
+        p.finish()
+    return {"us": statistics.median(dev), "rel_err": err}
+
+
+def time_peer(name, case, flush, policy):
+    import torch
+
+    from harness import timing
+    from harness.bench import Unavailable, peers
+
+    try:
+        fn = peers.prepare(name, case)
+        out, lse = fn()
+        chk = peers.check(case, out, lse)
+        del out, lse
+        if not chk["ok"]:
+            return {"error": f"wrong against the float64 oracle: {chk}"}
+        t = timing.torch_times_us(fn, flush_bytes=flush, policy=policy, hide_launch=True)
+    except Unavailable as e:
+        return {"error": str(e)}
+    except Exception as e:  # a peer failing on a shape is recorded, the run goes on
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        torch.cuda.empty_cache()
+    return {"us": statistics.median(t)}
+
+
+def run_shape(label, H, Q, prefix, bs, chain, peer_names, ceil):
+    import torch
+
+    from harness import timing
+    from harness.bench import verify_baselines as vb
+
+    case = vb.make_case(bs, Q, H, prefix, device="cuda", chain=chain)
+    nbytes, flops = vb.min_bytes(case), vb.useful_flops(case)
+    plan = timing.l2_plan(nbytes, timing.l2_bytes())
+    policy = timing.policy_from_env(warmup=2, min_reps=7, max_reps=40, budget_s=1.5)
+    flush = max(timing.ROTATE_TARGET_BYTES, 2 * timing.l2_bytes()) if nbytes < timing.ROTATE_TARGET_BYTES else 0
+    row = {"shape": label, "H": H, "Q": Q, "bs": bs, "prefixes": [int(p) for p in case.prefix_lens[:8]],
+           "bytes": nbytes, "flops": flops, "times": {}}  # fmt: skip
+    for name, spec in builds().items():
+        try:
+            row["times"][name] = time_ours(spec, case, plan, policy)
+        except Exception as e:
+            row["times"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    for name in peer_names:
+        row["times"][name] = time_peer(name, case, flush, policy)
+    for r in row["times"].values():
+        if "us" in r:
+            r["tflops"] = flops / r["us"] / 1e6
+            r["pct_read"] = 100 * nbytes / r["us"] / 1e3 / ceil["read_gbs"]
+    del case
+    torch.cuda.empty_cache()
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def table(title, rows):
+    names = list(dict.fromkeys(n for r in rows for n in r["times"]))
+    print(f"\n### {title}\n")
+    print("| shape | " + " | ".join(f"{n} µs" for n in names) + " | planned ÷ sm90a | best peer ÷ planned |")
+    print("|---|" + "---|" * (len(names) + 2))
+    for r in rows:
+        t = r["times"]
+        cells = [f"{t[n]['us']:.1f} ({t[n]['tflops']:.0f} TF, {t[n]['pct_read']:.0f} %)" if "us" in t[n] else "—"
+                 for n in names]  # fmt: skip
+        us = {n: t[n]["us"] for n in names if "us" in t[n]}
+        peers = [us[n] for n in us if not n.startswith("sm90a")]
+        ratio = f"{us['sm90a_planned'] / us['sm90a']:.2f}" if {"sm90a", "sm90a_planned"} <= us.keys() else "—"
+        vs = f"{min(peers) / us['sm90a_planned']:.2f}" if peers and "sm90a_planned" in us else "—"
+        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {ratio} | {vs} |")
+    errors = {(r["shape"], n): t["error"] for r in rows for n, t in r["times"].items() if "error" in t}
+    for (shape, n), e in errors.items():
+        print(f"- {shape} {n}: {e}")
+
+
+def race(json_path=None, quick=False) -> int:
+    from harness.bench import ceilings as cl
+    from harness.bench import peers
+
+    c = cl.Ceilings()
+    ceil = {"read_gbs": c.read_gbs, "copy_gbs": c.copy_gbs, "bf16_tflops": c.bf16_tflops}
+    print(f"ceilings: {json.dumps(ceil)}; peers {json.dumps(peers.versions())}", flush=True)
+    chain_peers = ("flashmla", "flashinfer_mla")
+    out = {"ceilings": ceil, "peers": peers.versions(), "chains": [], "mixed": [], "trees": []}
+    for H, Q, P, bs in QUICK_CHAINS if quick else CHAINS:
+        out["chains"].append(run_shape(f"H{H} Q{Q} P{P // K}k bs{bs}", H, Q, P, bs, True, chain_peers, ceil))
+    for label, H, Q, prefixes in mixed_shapes()[: 2 if quick else None]:
+        out["mixed"].append(run_shape(label, H, Q, prefixes, len(prefixes), True, chain_peers, ceil))
+    for H, Q, P, bs in TREES[: 1 if quick else None]:
+        out["trees"].append(run_shape(f"tree H{H} Q{Q} P{P // K}k bs{bs}", H, Q, P, bs, False,
+                                      tuple(peers.CASCADES), ceil))  # fmt: skip
+    table("chains", out["chains"])
+    table("mixed-length batches (chains)", out["mixed"])
+    table("DDTree trees", out["trees"])
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+def fixed() -> int:
+    """A few launches of each build and of FlashMLA at bs 1 (H 64, Q 2, prefix 8k), for ncu's per-kernel
+    durations: where a bs-1 call's time goes (plan, attention, combine, launch gaps)."""
+    from harness.bench import peers
+    from harness.bench import verify_baselines as vb
+    from kernels_cu import tree_verify_ops
+
+    case = vb.make_case(1, 2, 64, 8 * K, device="cuda", chain=True)
+    for spec in builds().values():
+        p = tree_verify_ops.prepare(spec, case.q, case.kv, case.block_table, case.prefix_lens, case.visibility,
+                                    case.scale)  # fmt: skip
+        for _ in range(3):
+            p.launch()
+        p.finish()
+    fn = peers.prepare("flashmla", case)
+    for _ in range(3):
+        fn()
+    import torch
+
+    torch.cuda.synchronize()
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", nargs="?", default="race", choices=["race", "fixed"])
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args()
+    return race(a.json, a.quick) if a.mode == "race" else fixed()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
