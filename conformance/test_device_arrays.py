@@ -557,3 +557,44 @@ def test_draft_topk_deferred_checks_shapes_on_the_host(impl):
         ops.prepare_deferred("draft_topk", variant, cp.asarray(x), 9)
     with pytest.raises(InputError, match=r"logits: shape \(8,\) has 1 dims, expected 3"):
         ops.prepare_deferred("draft_topk", variant, cp.asarray(x[0, 0]), 4)
+
+
+@pytest.mark.spec("TV.3.7")
+def test_tree_verify_deferred_replans_when_lengths_change(impl):
+    """One captured deferred call, replayed after the caller changed its device lengths, plans the splits for the
+    lengths it finds at each replay (the batch-invariant rule per request; the planned variant's one chunk for the
+    batch, which moves with the batch: 320 keys for [40,006, 706], 256 for [1,006, 30,006], 640 for two of 40,006,
+    where 320 would need two waves of 132 CTAs) and gives the checked call's bits for them. A plan kept from an
+    earlier replay, or counted on part of the batch, would give other splits, so other bits."""
+    from kernels_cu import ops, runtime
+    from kernels_cu.arrays import check, driver
+
+    variant = _deferred_variant(impl, "tree_verify")
+    torch = _lib(impl, "torch")
+    chain = np.arange(-1, 5, dtype=np.int32)
+    case = hh.paged_case(np.random.default_rng(37), BF16, [chain, chain], [40_000, 40_000], 64, 8)
+
+    def dev(a):  # numpy hands bf16 and uint32 over as raw words of the same width
+        if a.dtype in (BF16, np.uint32):
+            raw = torch.from_numpy(a.view(np.int16 if a.dtype == BF16 else np.int32)).cuda()
+            return raw.view(torch.bfloat16 if a.dtype == BF16 else torch.uint32)
+        return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+    d = {k: dev(v) if isinstance(v, np.ndarray) else v for k, v in case.args.items()}
+    p = ops.prepare_deferred("tree_verify", variant, **d, max_context=40_006)
+    stream = p.staging.g.stream
+    graph = runtime.capture_graph(stream, [p.launch])
+    try:
+        for lens in ([40_000, 700], [1_000, 30_000], [40_000, 40_000]):
+            d["prefix_lens"].copy_(torch.tensor(lens, dtype=torch.int32))
+            torch.cuda.synchronize()
+            check(driver().cuGraphLaunch(graph[1], stream.handle))
+            got = p.results()
+            want = ops.function("tree_verify", variant)(**{**case.args, "prefix_lens": np.array(lens, np.int32)})
+            for name in ("out", "lse"):
+                x, w = getattr(got, name), getattr(want, name)
+                h = x.view(torch.int16).cpu().numpy().view(BF16) if w.dtype == BF16 else x.cpu().numpy()
+                assert_bit_exact(h, w, what=f"{name} at lengths {lens}", spec_id="TV.3.7")
+    finally:
+        runtime.destroy_graph(*graph)
+        p.staging.close()

@@ -239,8 +239,20 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     # tree_verify's deferred plan (TV.3.7): the chunk, the pages, the closure
     "k_tv_plan_chunk_from_max_context": (  # every request planned as if it were max_context long: other splits
         "tree_verify",
-        "tv::default_split_chunk(P_ok + Q, static_cast<long long>(Q) * H,",
-        "tv::default_split_chunk(max_keys, static_cast<long long>(Q) * H,",
+        "tv::default_split_chunk(P_ok + Q, rows, variant, budget)",
+        "tv::default_split_chunk(max_keys, rows, variant, budget)",
+    ),
+    # the planned rule on the device (sm90a_planned's plan, made by this kernel: JUDGED_ON below)
+    "k_tv_plan_kept_from_last_launch": (  # the chunk of the first launch reused when the lengths changed
+        "tree_verify",
+        "  const long long batch_chunk =\n      forced_chunk <= 0 && plan_ctas > 0",
+        "  const long long batch_chunk =\n      split_chunk[b] > 0 ? split_chunk[b] : "
+        "forced_chunk <= 0 && plan_ctas > 0",
+    ),
+    "k_tv_plan_waves_of_first_request": (  # the batch's splits counted for request 0 only: fewer waves than run
+        "tree_verify",
+        "for (int b = lane; b < bs; b += 32) sum += tv::ceil_div(blocks_of(b), k);",
+        "for (int b = lane; b < 1; b += 32) sum += tv::ceil_div(blocks_of(b), k);",
     ),
     "k_tv_plan_misses_page_range": (  # a page index past the cache let through (the attention then reads past it)
         "tree_verify",
@@ -538,6 +550,14 @@ def twins_changed(name: str) -> list[str]:
     return changed
 
 
+# Mutants of a source whose kernels other variants launch too, judged on those variants as well: tree_verify.cu's plan
+# kernel makes the deferred split plan of the sm90a variants (the planned rule is sm90a_planned's alone).
+JUDGED_ON = {
+    "k_tv_plan_kept_from_last_launch": ("sm90a", "sm90a_planned"),
+    "k_tv_plan_waves_of_first_request": ("sm90a_planned",),
+}
+
+
 def judging_command(name: str, report_dir, variants=None) -> list[str]:
     """The pytest command that judges kernel mutant `name`: the conformance stage's tests that can run its
     kernels (those of a `cuda` implementation, and the GPU-marked ones: a CPU-only test cannot see a broken
@@ -546,6 +566,7 @@ def judging_command(name: str, report_dir, variants=None) -> list[str]:
     seconds), stopping at the first failure. `variants` narrows the implementations (the twins alone: a kill
     on the sm_90 build says nothing of the build an sm_120 GPU runs, whose tiles and capacities differ)."""
     chosen = [s.variant for s in mutated_specs(name) if variants is None or s.variant in variants]
+    chosen += [v for v in JUDGED_ON.get(name, ()) if variants is None and v not in chosen]
     impls = [a for v in chosen for a in ("--impl", f"cuda:{v}")]
     deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
     return [
