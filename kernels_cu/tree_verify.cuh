@@ -165,7 +165,8 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 //   waves(k) x (k + kPlanCtaOverhead) [+ kPlanCombine where a request splits],
 // waves(k) = ceil(row_tiles x sum_b ceil(blocks_b / k) / ctas), ctas = CTAs a wave (one per SM: the sm90a kernel's
 // occupancy), kPlanCtaOverhead = a CTA's fixed cost (q tile, the first S, its epilogue) in key blocks. The k tried
-// are ceil(longest / s) for s = 1 .. kPlanSplitsTried splits of the longest request, none under kPlanMinChunk keys;
+// are ceil(longest / s) for s = 1 .. kPlanSplitsTried splits of the longest request, none under kPlanMinChunk keys
+// (within 5 % of the cheapest chunk of whole blocks under the same model: meta/test_kernel_geometry.py);
 // ties go to fewer splits. Where the batch fills the GPU this gives one split a request (no partial outputs, no
 // combine); at bs 1 as many short splits as a wave holds. A request's bits then depend on the batch (the variant
 // declares batch_invariant = False); for the same batch they are the same run to run. The plan is made once per
