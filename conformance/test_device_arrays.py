@@ -70,9 +70,10 @@ def _deferred_variant(impl, slug="tree_build"):
     return impl.variant
 
 
-def _captured_results(p, message):
+def _captured_results(p, message, after_refusal=None):
     """Launch a deferred call from a CUDA graph (it must capture), then its results; with `message`, reading them
-    must raise the contract's error matching it instead (None returned). The call's buffers are freed."""
+    must raise the contract's error matching it instead (None returned), and then after_refusal(p) runs, if given.
+    The call's buffers are freed."""
     from harness import timing
 
     try:
@@ -81,6 +82,8 @@ def _captured_results(p, message):
         if message is not None:
             with pytest.raises(InputError, match=message):
                 p.results()
+            if after_refusal is not None:
+                after_refusal(p)
             return None
         return p.results()
     finally:
@@ -103,13 +106,29 @@ DEFERRED_BAD = {
     "negative_root": (lambda a: a["root_tokens"].__setitem__(1, -1), r"root_tokens: .*negative"),
     "negative_prefix": (lambda a: a["prefix_lens"].__setitem__(0, -2), r"prefix_lens: .*negative"),
     "context": (lambda a: a["prefix_lens"].__setitem__(1, 262_144 - 20), r"prefix_lens: request 1: .*context limit"),
+    # what a refused draft_topk row hands a step's tree_build (ST.2.4): every log-prob of the row NaN
+    "nan_row": (lambda a: a["top_logp"].__setitem__((1, 2), np.nan), r"top_logp: NaN at \(1, 2, 0\)"),
 }
+SENTINEL = 0x5A  # the byte a refused deferred build's outputs are filled with before it runs
+
+
+def _fill_outputs(p, byte=SENTINEL):
+    for f in Tree.FIELDS:
+        getattr(p.outputs(), f).view("uint8").fill(byte)
+
+
+def _outputs_untouched(p):
+    """A refused deferred build wrote none of its outputs: the build never ran on the refused values (ST.2.4)."""
+    for f in Tree.FIELDS:
+        raw = getattr(p.outputs(), f).view("uint8")
+        assert bool((raw == SENTINEL).all()), f"[TB.4.5] the refused build wrote its {f} (it built on refused values)"
 
 
 @pytest.mark.spec("TB.4.5")
 @pytest.mark.parametrize("bad", [None, *DEFERRED_BAD])
 def test_tree_build_deferred_checks(impl, bad):
-    """The deferred path: a captured launch gives the checked call's bits; a bad value gets its named error."""
+    """The deferred path: a captured launch gives the checked call's bits; a bad value gets its named error, and the
+    build writes nothing (it never runs on values its check refused)."""
     from kernels_cu import ops
 
     variant = _deferred_variant(impl)
@@ -130,7 +149,10 @@ def test_tree_build_deferred_checks(impl, bad):
         with pytest.raises(InputError, match=message):  # the host-checked call names the same error
             ops.prepare("tree_build", variant, **args).finish()
     dev = _on_device(cp, args)
-    got = _captured_results(ops.prepare_deferred("tree_build", variant, **dev), message if bad is not None else None)
+    p = ops.prepare_deferred("tree_build", variant, **dev)
+    if bad is not None:
+        _fill_outputs(p)
+    got = _captured_results(p, message, _outputs_untouched if bad is not None else None)
     if got is None:
         return
     want = ops.function("tree_build", variant)(**args)
