@@ -584,17 +584,18 @@ def test_draft_topk_deferred_checks_shapes_on_the_host(impl):
 @pytest.mark.spec("TV.3.7")
 def test_tree_verify_deferred_replans_when_lengths_change(impl):
     """One captured deferred call, replayed after the caller changed its device lengths, plans the splits for the
-    lengths it finds at each replay (the batch-invariant rule per request; the planned variant's one chunk for the
-    batch, which moves with the batch: 320 keys for [40,006, 706], 256 for [1,006, 30,006], 640 for two of 40,006,
-    where 320 would need two waves of 132 CTAs) and gives the checked call's bits for them. A plan kept from an
-    earlier replay, or counted on part of the batch, would give other splits, so other bits."""
+    lengths it finds at each replay (the batch-invariant rule per request; the planned variant's schedule for the
+    batch, which moves with it: on 132 SMs a target of 10, 8 and 19 key blocks a CTA for these three batches, the
+    last two 2-tile requests of 40,006 keys filling one wave) and gives the checked call's bits for them. A plan
+    kept from an earlier replay, counted on part of the batch, or a unit table missing a row tile, would give other
+    splits or other rows, so other bits."""
     from kernels_cu import ops, runtime
     from kernels_cu.arrays import check, driver
 
     variant = _deferred_variant(impl, "tree_verify")
     torch = _lib(impl, "torch")
     chain = np.arange(-1, 5, dtype=np.int32)
-    case = hh.paged_case(np.random.default_rng(37), BF16, [chain, chain], [40_000, 40_000], 64, 8)
+    case = hh.paged_case(np.random.default_rng(37), BF16, [chain, chain], [40_000, 40_000], 64, 16)  # 2 row tiles
 
     def dev(a):  # numpy hands bf16 and uint32 over as raw words of the same width
         if a.dtype in (BF16, np.uint32):

@@ -242,27 +242,21 @@ MUTANTS: dict[str, tuple[str, ...]] = {
         "tv::default_split_chunk(P_ok + Q, rows, variant, budget)",
         "tv::default_split_chunk(max_keys, rows, variant, budget)",
     ),
-    # the planned rule on the device (sm90a_planned's plan, made by this kernel: JUDGED_ON below)
-    "k_tv_plan_kept_from_last_launch": (  # the chunk of the first launch reused when the lengths changed
+    # the planned schedule on the device (sm90a_planned's plan, made by this kernel: JUDGED_ON below)
+    "k_tv_plan_kept_from_last_launch": (  # the chunk of an earlier launch reused after the lengths changed
         "tree_verify",
-        "  const long long batch_chunk =\n      forced_chunk <= 0 && plan_ctas > 0",
-        "  const long long batch_chunk =\n      split_chunk[b] > 0 ? split_chunk[b] : "
-        "forced_chunk <= 0 && plan_ctas > 0",
+        "                     : planned        ? plan.chunk\n",
+        "                     : planned        ? (split_chunk[b] > 0 ? split_chunk[b] : plan.chunk)\n",
     ),
-    "k_tv_plan_waves_of_first_request": (  # the batch's splits counted for request 0 only: fewer waves than run
+    "k_tv_plan_waves_of_first_request": (  # the batch's splits counted for request 0 only: more CTAs than a wave
         "tree_verify",
-        "for (int b = lane; b < bs; b += 32) sum += tv::ceil_div(blocks_of(b), k);",
-        "for (int b = lane; b < 1; b += 32) sum += tv::ceil_div(blocks_of(b), k);",
+        "for (int r = lane; r < bs; r += 32) n += tv::plan_splits(lens.blocks(r), static_cast<int>(T));",
+        "for (int r = lane; r < 1; r += 32) n += tv::plan_splits(lens.blocks(r), static_cast<int>(T));",
     ),
-    "k_tv_plan_misses_page_range": (  # a page index past the cache let through (the attention then reads past it)
+    "k_tv_plan_units_tile_zero": (  # every unit of a split given row tile 0: the others never scheduled
         "tree_verify",
-        "bad |= bt[j] < 0 || bt[j] >= num_pages;",
-        "bad |= bt[j] < 0;",
-    ),
-    "k_tv_plan_skips_closure": (  # a row's bits never compared with its parent's
-        "tree_verify",
-        "for (int w = 0; w < W && !bad; ++w) {",
-        "for (int w = 0; w < 0 && !bad; ++w) {",
+        "    u[0] = i % t, u[1] = i / t, u[2] = b;",
+        "    u[0] = 0, u[1] = i / t, u[2] = b;",
     ),
     # tree_verify: the mask, the paging, the online softmax, the lse and the split-KV combine
     "k_tv_mask_transposed": ("tree_verify", "tree_bit(vis_b, W, qi, p - P)", "tree_bit(vis_b, W, p - P, qi)"),
@@ -315,8 +309,8 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     ),
     "k_tv_combine_equal_weights": (
         "tree_verify",
-        "const float w = ls == neg_inf() ? 0.f : expf(ls - mx);",
-        "const float w = ls == neg_inf() ? 0.f : 1.f;",
+        "w[g] = ls == neg_inf() ? 0.f : expf(ls - mx);",
+        "w[g] = ls == neg_inf() ? 0.f : 1.f;",
     ),
     "k_tv_combine_weights_of_next_split": (
         "tree_verify",
@@ -454,6 +448,12 @@ MUTANTS |= {
         "        if (wt == 0) x.load(j0 + 2 < x.nblk - 2 ? j0 + 4 : j0 + 2, 4, kSlabs);",
         SM90A,
     ),
+    "k_tv90_unit_read_twice": (  # a planned schedule's even units run twice, its odd ones never
+        "tree_verify",
+        "    const int u = blockIdx.x;\n",
+        "    const int u = blockIdx.x & ~1;\n",
+        SM90A,
+    ),
     "k_tv90_l_of_even_blocks_only": (  # the odd blocks' softmax denominators dropped at the end
         "tree_verify",
         "const float l = lds(x.stat(kL0, r)) + lds(x.stat(kL1, r)), inv",
@@ -555,6 +555,7 @@ def twins_changed(name: str) -> list[str]:
 JUDGED_ON = {
     "k_tv_plan_kept_from_last_launch": ("sm90a", "sm90a_planned"),
     "k_tv_plan_waves_of_first_request": ("sm90a_planned",),
+    "k_tv_plan_units_tile_zero": ("sm90a_planned",),
 }
 
 

@@ -104,10 +104,11 @@ def _library() -> ctypes.CDLL:
         [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
     )
     lib.tv_unbounded_budget.restype = ctypes.c_longlong
-    lib.tv_planned_chunk.restype = None
-    lib.tv_planned_chunk.argtypes = (
-        [i64p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int] + [ctypes.c_longlong] * 2 + [i64p]
-    )
+    lib.tv_planned_schedule.restype = None
+    lib.tv_planned_schedule.argtypes = [i64p, ctypes.c_int, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p,
+                                        i64p, i32p, i64p]  # fmt: skip
+    lib.tv_planned_bounds.restype = None
+    lib.tv_planned_bounds.argtypes = [ctypes.c_longlong, ctypes.c_longlong, ctypes.c_int, ctypes.c_longlong, i64p]
     lib.geom_draft_topk_geometry.restype = None
     lib.geom_draft_topk_geometry.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, i64p]
     return lib
@@ -251,14 +252,33 @@ def tree_verify(n_keys: int, rows: int, variant: int, chunk: int = 0, *, budget:
     return dict(zip(names, (int(x) for x in out)))
 
 
-def tree_verify_planned(n_keys, rows: int, variant: int, ctas: int, max_keys: int = 0) -> tuple[int, int]:
-    """tree_verify's planned split rule (tree_verify.cuh planned_chunk) for a batch whose requests have n_keys keys
-    (prefix + Q) and Q·H = rows, on `ctas` CTAs a wave: (the batch's chunk, the most splits such a plan gives a request
-    of at most max_keys keys)."""
-    keys = (ctypes.c_longlong * max(len(n_keys), 1))(*(int(k) for k in n_keys))
+def tree_verify_planned_bounds(bs: int, rows: int, variant: int, ctas: int) -> tuple[int, int]:
+    """The planned schedule's bounds for any batch of bs requests with Q·H = rows on `ctas` CTAs a wave: (the grid,
+    in units, the partial slots)."""
     out = (ctypes.c_longlong * 2)()
-    _library().tv_planned_chunk(keys, len(n_keys), int(rows), int(variant), int(ctas), int(max_keys), out)
+    _library().tv_planned_bounds(int(bs), int(rows), int(variant), int(ctas), out)
     return int(out[0]), int(out[1])
+
+
+def tree_verify_schedule(n_keys, rows: int, variant: int, ctas: int) -> dict:
+    """tree_verify's planned schedule (tree_verify.cuh) for a batch whose requests have n_keys keys (prefix + Q) and
+    Q·H = rows, on `ctas` CTAs a wave: {"chunk", "first" (int64 [bs]: each request's chunk and first partial slot),
+    "units" (int32: the unit table, its count first), "target", "slots", "most"}."""
+    import numpy as np
+
+    bs = len(n_keys)
+    keys = np.ascontiguousarray(n_keys, np.int64)
+    chunk, first = np.zeros(bs, np.int64), np.zeros(bs, np.int64)
+    units = np.zeros(1 + 3 * tree_verify_planned_bounds(bs, rows, variant, ctas)[0], np.int32)
+    out = (ctypes.c_longlong * 4)()
+    i64 = ctypes.POINTER(ctypes.c_longlong)
+    _library().tv_planned_schedule(
+        keys.ctypes.data_as(i64), bs, int(rows), int(variant), int(ctas), chunk.ctypes.data_as(i64),
+        first.ctypes.data_as(i64), units.ctypes.data_as(ctypes.POINTER(ctypes.c_int)), out,
+    )  # fmt: skip
+    n = int(out[1])
+    return {"chunk": chunk, "first": first, "units": units[: 1 + 3 * n], "target": int(out[0]), "slots": int(out[2]),
+            "most": int(out[3])}  # fmt: skip
 
 
 @functools.cache

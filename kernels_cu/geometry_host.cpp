@@ -83,14 +83,40 @@ void tv_geometry_fields(long long n_keys, long long rows, int variant, long long
   tv::geometry_fields(n_keys, rows, variant, chunk, out, budget);
 }
 long long tv_unbounded_budget() { return tv::kUnbounded; }
-// tree_verify's planned split rule for a batch of bs requests of n_keys[b] keys (prefix + Q), Q·H = rows, on `ctas`
-// CTAs a wave: out = the batch's chunk, and the most splits such a plan gives a request of at most max_keys keys.
-void tv_planned_chunk(const long long* n_keys, int bs, long long rows, int variant, long long ctas, long long max_keys,
-                      long long* out) {
-  const long long bn = tv::block_n(variant);
-  out[0] = tv::planned_chunk(bs, tv::row_tiles(rows, variant), ctas, variant,
-                             [&](int b) { return tv::ceil_div(n_keys[b], bn); });
-  out[1] = tv::planned_max_splits(max_keys, variant);
+// tree_verify's planned schedule (tree_verify.cuh) for a batch of bs requests of n_keys[b] keys (prefix + Q), Q·H =
+// rows, on `ctas` CTAs a wave: chunk[b] (keys), off[b] (the request's first partial slot; 0 for one split), the unit
+// table (int32 [1 + 3 x planned_max_units]); out = {target T in key blocks, units, partial slots, most splits}.
+void tv_planned_schedule(const long long* n_keys, int bs, long long rows, int variant, long long ctas,
+                         long long* chunk, long long* off, int* units, long long* out) {
+  const long long bn = tv::block_n(variant), tiles = tv::row_tiles(rows, variant);
+  auto blocks = [&](int b) { return int(tv::ceil_div(n_keys[b], bn)); };
+  long long longest = 1;
+  for (int b = 0; b < bs; ++b) longest = blocks(b) > longest ? blocks(b) : longest;
+  const int T = int(tv::planned_target(longest, bs, tiles, ctas, variant, [&](long long t) {
+    long long n = 0;
+    for (int b = 0; b < bs; ++b) n += tv::plan_splits(blocks(b), int(t));
+    return n;
+  }));
+  long long slots = 0, unit = 0, most = 0;
+  for (int b = 0; b < bs; ++b) {
+    const long long s = tv::plan_splits(blocks(b), T);
+    chunk[b] = tv::plan_chunk_blocks(blocks(b), T) * bn;
+    off[b] = s > 1 ? slots : 0;
+    slots += s > 1 ? s : 0;
+    most = s > most ? s : most;
+    for (long long sp = 0; sp < s; ++sp)
+      for (long long t = 0; t < tiles; ++t, ++unit) {
+        int* u = units + 1 + tv::kPlanUnitFields * unit;
+        u[0] = int(t), u[1] = int(sp), u[2] = b;
+      }
+  }
+  units[0] = int(unit);
+  out[0] = T, out[1] = unit, out[2] = slots, out[3] = most;
+}
+// Its bounds for any batch of bs requests: out = {grid (units) of the launch, partial slots}.
+void tv_planned_bounds(long long bs, long long rows, int variant, long long ctas, long long* out) {
+  out[0] = tv::planned_max_units(bs, rows, ctas, variant);
+  out[1] = tv::planned_max_slots(rows, ctas, variant);
 }
 
 // draft_topk: the fields of draft_topk_geometry_fields (draft_topk.cuh).

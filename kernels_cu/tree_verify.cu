@@ -603,18 +603,32 @@ __device__ __forceinline__ void tree_verify_combine(const float* __restrict__ pa
 #pragma unroll
   for (int e = 0; e < 16; ++e) acc[e] = 0.f;
   float wsum = 0.f;
-  for (long long s = 0; s < n; ++s) {
-    const float ls = part_lse[(base + s) * QH + R];
-    const float w = ls == neg_inf() ? 0.f : expf(ls - mx);
-    wsum += w;
-    const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;
+  // kGroup splits' loads in flight at once (a split at a time waited for each of its loads: many splits made a long
+  // chain of memory latencies), added in split order as before: the same bits.
+  constexpr int kGroup = 4;
+  for (long long s0 = 0; s0 < n; s0 += kGroup) {
+    float w[kGroup];
+    float4 x[kGroup][4];
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj) {
-      const float4 x = *reinterpret_cast<const float4*>(src + jj * 128);
-      acc[jj * 4 + 0] = __fmaf_rn(w, x.x, acc[jj * 4 + 0]);
-      acc[jj * 4 + 1] = __fmaf_rn(w, x.y, acc[jj * 4 + 1]);
-      acc[jj * 4 + 2] = __fmaf_rn(w, x.z, acc[jj * 4 + 2]);
-      acc[jj * 4 + 3] = __fmaf_rn(w, x.w, acc[jj * 4 + 3]);
+    for (int g = 0; g < kGroup; ++g) {
+      const long long s = s0 + g < n ? s0 + g : n - 1;  // past the last split: a load never added
+      const float ls = part_lse[(base + s) * QH + R];
+      w[g] = ls == neg_inf() ? 0.f : expf(ls - mx);
+      const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) x[g][jj] = *reinterpret_cast<const float4*>(src + jj * 128);
+    }
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      if (s0 + g >= n) break;
+      wsum += w[g];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) {
+        acc[jj * 4 + 0] = __fmaf_rn(w[g], x[g][jj].x, acc[jj * 4 + 0]);
+        acc[jj * 4 + 1] = __fmaf_rn(w[g], x[g][jj].y, acc[jj * 4 + 1]);
+        acc[jj * 4 + 2] = __fmaf_rn(w[g], x[g][jj].z, acc[jj * 4 + 2]);
+        acc[jj * 4 + 3] = __fmaf_rn(w[g], x[g][jj].w, acc[jj * 4 + 3]);
+      }
     }
   }
   const bool any = wsum > 0.f;
@@ -666,47 +680,84 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
   tree_verify_combine<float>(part_o, part_lse, split_chunk, split_off, prefix_lens, Q, H, out, lse);
 }
 
-// The planned split rule's chunk for the whole batch (tv::planned_chunk, tree_verify.cuh), by the whole block: each
-// warp prices some of the candidates (its lanes sum the requests' splits), thread 0 picks the best in the host's
-// order, so every block of the plan kernel, and the host plan of the checked call, get the same chunk. A request's
+// The planned schedule (tv::planned_target, tree_verify.cuh) on the device, by each block of the plan kernel for its
+// own request: warp w prices W = w + 1 waves (its lanes sum the requests' splits), thread 0 takes the cheapest in the
+// host's order, so every block, and the host plan of the checked call, get the same target; then the request's
+// chunk, its first partial slot and its units (row tile, split, request) at its place in the unit table. A request's
 // length is clamped into [0, max_keys - Q] here: a refused one is planned in bounds (its results are never returned).
-__device__ long long planned_chunk_of_batch(const int* __restrict__ prefix_lens, int bs, int Q, long long max_keys,
-                                            long long tiles, long long ctas, int v) {
-  __shared__ long long s_cost[tv::kPlanSplitsTried];
-  __shared__ unsigned long long s_longest;
-  __shared__ long long s_chunk;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-  const long long bn = tv::block_n(v);
-  auto blocks_of = [&](int b) {
-    long long P = __ldg(prefix_lens + b);
-    P = P < 0 ? 0 : (P > max_keys - Q ? max_keys - Q : P);
-    return tv::ceil_div(P + Q, bn);
-  };
-  if (tid == 0) s_longest = 1;
+namespace {  // (each variant's build is one translation unit of the engine: nothing here may clash)
+struct PlannedRequest {
+  long long chunk, first;
+};
+struct PlanLengths {  // the requests' lengths as the plan reads them: in key blocks, clamped into [0, max_keys - Q]
+  const int* __restrict__ prefix_lens;
+  int Q, max_prefix, bn;  // max_prefix = max_keys - Q (within the contract's context limit: int)
+  __device__ int blocks(int r) const {
+    int P = __ldg(prefix_lens + r);
+    P = P < 0 ? 0 : (P > max_prefix ? max_prefix : P);
+    return tv::plan_ceil(P + Q, bn);
+  }
+};
+struct WarpSplits {  // the batch's splits at target T, summed by one warp (every lane gets the sum)
+  PlanLengths lens;
+  int bs, lane;
+  __device__ long long operator()(long long T) const {
+    long long n = 0;
+    for (int r = lane; r < bs; r += 32) n += tv::plan_splits(lens.blocks(r), static_cast<int>(T));
+    for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+    return n;
+  }
+};
+__device__ PlannedRequest plan_request_on_device(const PlanLengths lens, int bs, int b, long long tiles,
+                                                 long long ctas, int v, int* __restrict__ units) {
+  __shared__ long long s_cost[tv::kPlanWaves], s_target[tv::kPlanWaves];
+  __shared__ unsigned long long s_longest, s_before, s_slots_before;
+  __shared__ long long s_T;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) s_longest = 1, s_before = 0, s_slots_before = 0;
   __syncthreads();
   unsigned long long longest = 1;
-  for (int b = tid; b < bs; b += blockDim.x) longest = max(longest, static_cast<unsigned long long>(blocks_of(b)));
+  for (int r = tid; r < bs; r += blockDim.x) longest = max(longest, static_cast<unsigned long long>(lens.blocks(r)));
   atomicMax(&s_longest, longest);
   __syncthreads();
   const long long lg = static_cast<long long>(s_longest);
-  for (long long s = warp + 1; s <= tv::kPlanSplitsTried; s += warps) {  // warp-uniform
-    const long long k = tv::plan_candidate(s, lg, v);
-    long long sum = 0;
-    if (k > 0)
-      for (int b = lane; b < bs; b += 32) sum += tv::ceil_div(blocks_of(b), k);
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) s_cost[s - 1] = k > 0 ? tv::plan_cost(k, sum, bs, tiles, ctas) : -1;
+  if (warp < tv::kPlanWaves) {  // warp-uniform
+    const WarpSplits splits{lens, bs, lane};
+    const long long lo = tv::plan_min_blocks(v) < lg ? tv::plan_min_blocks(v) : lg;
+    const long long T = tv::plan_fit(lo, lg, tiles, (warp + 1) * ctas, splits);
+    const long long cost = T > lg ? -1 : tv::plan_cost(T, splits(T), bs, tiles, ctas);
+    if (lane == 0) s_cost[warp] = cost, s_target[warp] = T;
   }
   __syncthreads();
   if (tid == 0) {
-    long long best_s = 1;
-    for (long long s = 2; s <= tv::kPlanSplitsTried; ++s)
-      if (s_cost[s - 1] >= 0 && tv::plan_better(s_cost[s - 1], s, s_cost[best_s - 1], best_s)) best_s = s;
-    s_chunk = tv::plan_candidate(best_s, lg, v) * bn;
+    long long T = lg, best = -1;
+    for (int w = 0; w < tv::kPlanWaves; ++w)
+      if (s_cost[w] >= 0 && (best < 0 || s_cost[w] < best)) T = s_target[w], best = s_cost[w];
+    s_T = T;
   }
   __syncthreads();
-  return s_chunk;
+  const int T = static_cast<int>(s_T);
+  // the requests before this one: their splits (this request's first unit) and the splits of those that split
+  unsigned long long before = 0, slots_before = 0;
+  for (int r = tid; r < b; r += blockDim.x) {
+    const long long n = tv::plan_splits(lens.blocks(r), T);
+    before += n;
+    slots_before += n > 1 ? n : 0;
+  }
+  atomicAdd(&s_before, before);
+  atomicAdd(&s_slots_before, slots_before);
+  __syncthreads();
+  const int mine_blocks = lens.blocks(b), mine = tv::plan_splits(mine_blocks, T), t = static_cast<int>(tiles);
+  const int first_unit = t * static_cast<int>(s_before);  // units < planned_max_units: int
+  for (int i = tid; i < mine * t; i += blockDim.x) {
+    int* u = units + 1 + tv::kPlanUnitFields * (first_unit + i);
+    u[0] = i % t, u[1] = i / t, u[2] = b;
+  }
+  if (b == bs - 1 && tid == 0) units[0] = first_unit + mine * t;
+  return PlannedRequest{static_cast<long long>(tv::plan_chunk_blocks(mine_blocks, T)) * lens.bn,
+                        mine > 1 ? static_cast<long long>(s_slots_before) : 0};
 }
+}  // namespace
 
 // The deferred path (spec TV.3.7, kernels_cu/tree_verify_ops.py prepare_deferred): TV.1.2 and TV.1.3 checked on the
 // device and the split plan made from the device lengths, so that a call needs no host work at launch (capturable).
@@ -715,22 +766,24 @@ __device__ long long planned_chunk_of_batch(const int* __restrict__ prefix_lens,
 // length 0 and its pages 0 in the copies the attention kernels read instead of the caller's (`lens`, `table`: its
 // rows, then `pad` zeros past the last row for a refused request whose Q rows outgrow max_pages), so the launch stays
 // in bounds on any values. A request that passes gets its own length, pages and the host plan's chunk (the header's
-// rule on its own length, or with plan_ctas > 0 the planned rule's chunk for the whole batch on plan_ctas CTAs a
-// wave), so its bits are the checked call's. Its partial slots start at b * most (most: tv::max_splits of the stated
-// maximum, or tv::planned_max_splits, which no request past the check exceeds).
+// rule on its own length), so its bits are the checked call's. Its partial slots start at b * most (most:
+// tv::max_splits of the stated maximum, which no request past the check exceeds). With plan_ctas > 0 (the planned
+// variant, no forced chunk) the batch's planned schedule instead: each request's chunk and first slot, and the unit
+// table `units` the attention kernel's 1-D grid reads (tv::planned_max_units CTAs, tv::planned_max_slots slots).
 extern "C" __global__ void __launch_bounds__(tv::kThreads) tree_verify_plan_kernel(
     const int* __restrict__ prefix_lens, const int* __restrict__ block_table, const uint32_t* __restrict__ visibility,
     int Q, int H, int page_size, int max_pages, long long num_pages, long long max_keys, int variant,
     long long forced_chunk, long long budget, long long most, int pad, long long plan_ctas, int* __restrict__ lens,
     int* __restrict__ table, long long* __restrict__ split_chunk, long long* __restrict__ split_off,
-    unsigned* __restrict__ flag) {
+    int* __restrict__ units, unsigned* __restrict__ flag) {
   const int b = blockIdx.x, tid = threadIdx.x, W = (Q + 31) >> 5;
   const long long rows = static_cast<long long>(Q) * H;
-  const long long batch_chunk =
-      forced_chunk <= 0 && plan_ctas > 0
-          ? planned_chunk_of_batch(prefix_lens, gridDim.x, Q, max_keys, tv::row_tiles(rows, variant, budget),
-                                   plan_ctas, variant)
-          : 0;
+  const bool planned = forced_chunk <= 0 && plan_ctas > 0;
+  const PlannedRequest plan =
+      planned ? plan_request_on_device(PlanLengths{prefix_lens, Q, static_cast<int>(max_keys) - Q, tv::block_n(variant)},
+                                       gridDim.x, b,
+                                       tv::row_tiles(rows, variant, budget), plan_ctas, variant, units)
+              : PlannedRequest{0, 0};
   const long long P = prefix_lens[b], n_keys = P + Q;
   const long long need = (n_keys + page_size - 1) / page_size;
   const int* bt = block_table + static_cast<size_t>(b) * max_pages;
@@ -764,10 +817,10 @@ extern "C" __global__ void __launch_bounds__(tv::kThreads) tree_verify_plan_kern
     for (int j = tid; j < pad; j += blockDim.x) table[static_cast<size_t>(gridDim.x) * max_pages + j] = 0;
   if (tid == 0) {
     lens[b] = static_cast<int>(P_ok);
-    split_chunk[b] = forced_chunk > 0  ? forced_chunk
-                     : batch_chunk > 0 ? batch_chunk
-                                       : tv::default_split_chunk(P_ok + Q, rows, variant, budget);
-    split_off[b] = static_cast<long long>(b) * most;
+    split_chunk[b] = forced_chunk > 0 ? forced_chunk
+                     : planned        ? plan.chunk
+                                      : tv::default_split_chunk(P_ok + Q, rows, variant, budget);
+    split_off[b] = planned ? plan.first : static_cast<long long>(b) * most;
   }
 }
 

@@ -161,60 +161,71 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 // Planned split rule (variant sm90a_planned: kernels_cu/specs.py). The batch-invariant rule above cuts every request
 // alike whatever else is in the batch: 15-16 splits a request at prefix 8k even where the batch already fills the
 // GPU, each split's partial output written and read back by the combine kernel. The planned rule sees the whole
-// batch and gives all its requests one chunk of k key blocks, the k that minimises a model of the launch's time:
-//   waves(k) x (k + kPlanCtaOverhead) [+ kPlanCombine where a request splits],
-// waves(k) = ceil(row_tiles x sum_b ceil(blocks_b / k) / ctas), ctas = CTAs a wave (one per SM: the sm90a kernel's
-// occupancy), kPlanCtaOverhead = a CTA's fixed cost (q tile, the first S, its epilogue) in key blocks. The k tried
-// are ceil(longest / s) for s = 1 .. kPlanSplitsTried splits of the longest request, none under kPlanMinChunk keys
-// (within 5 % of the cheapest chunk of whole blocks under the same model: meta/test_kernel_geometry.py);
-// ties go to fewer splits. Where the batch fills the GPU this gives one split a request (no partial outputs, no
-// combine); at bs 1 as many short splits as a wave holds. A request's bits then depend on the batch (the variant
-// declares batch_invariant = False); for the same batch they are the same run to run. The plan is made once per
-// batch: on the host for the checked call (kernels_cu/tree_verify_ops.py), by tree_verify_plan_kernel on the device
-// for the deferred one, with the functions below (both sum the same integers).
-constexpr long long kPlanMinChunk = 256;
-constexpr long long kPlanSplitsTried = 128;
-constexpr long long kPlanCtaOverhead = 2;
+// batch and balances its key blocks over the CTAs of a few waves: for a target of T key blocks a CTA, request b
+// (blocks_b key blocks) gets s_b = ceil(blocks_b / c_b) splits of c_b = ceil(blocks_b / ceil(blocks_b / T)) blocks
+// (so a long request gets proportionally more splits, all of about T blocks); for W = 1 .. kPlanWaves waves of
+// `ctas` CTAs (one per SM: the sm90a kernel's occupancy) T_W is the smallest T (not under kPlanMinChunk keys) whose
+// row_tiles x sum_b s_b CTAs fit W waves, priced by a model of the launch's time:
+//   waves(T) x (T + kPlanCtaOverhead) [+ kPlanCombine where a request splits],
+// kPlanCtaOverhead = a CTA's fixed cost (q tile, the first S, its epilogue) in key blocks (about 4 on an H200:
+// reports/h200/2026-12-07). The cheapest T wins (fewer waves on a tie); where one split per request is already
+// more than kPlanWaves waves, one split per request (no partial outputs, no combine). The launch is one CTA per
+// unit (request, split, row tile) in that order (the tiles of a split side by side, sharing its keys through L2):
+// a 1-D grid of at most max(kPlanWaves x ctas, row_tiles x bs) CTAs, the plan's units first, the rest idle. A
+// request's bits depend on the batch (the variant declares batch_invariant = False); for the same batch they are
+// the same run to run. The plan is made once per batch: on the host for the checked call (kernels_cu/
+// tree_verify_ops.py), by tree_verify_plan_kernel on the device for the deferred one, with these functions (both
+// sum the same integers).
+constexpr long long kPlanMinChunk = 128;
+constexpr long long kPlanWaves = 4;
+constexpr long long kPlanCtaOverhead = 4;
 constexpr long long kPlanCombine = 2;
 
 TV_HD constexpr long long plan_min_blocks(int v) { return ceil_div(kPlanMinChunk, block_n(v)); }
-// Candidate s (1-based: splits of the longest request): its chunk in blocks, or 0 where none is tried (under the
-// minimum chunk, or the same chunk as candidate s - 1).
-TV_HD constexpr long long plan_candidate(long long s, long long longest_blocks, int v) {
-  const long long k = ceil_div(longest_blocks, s);
-  if (s > 1 && (k < plan_min_blocks(v) || k == ceil_div(longest_blocks, s - 1))) return 0;
-  return k;
+// A request of `blocks` key blocks at target T: its chunk in blocks, and its splits. (int: a request has at most
+// MAX_CONTEXT / 64 blocks, and 32-bit divisions are inline instructions where 64-bit ones are calls.)
+TV_HD constexpr int plan_ceil(int a, int b) { return (a + b - 1) / b; }
+TV_HD constexpr int plan_chunk_blocks(int blocks, int T) { return plan_ceil(blocks, plan_ceil(blocks, T > 0 ? T : 1)); }
+TV_HD constexpr int plan_splits(int blocks, int T) { return plan_ceil(blocks, plan_chunk_blocks(blocks, T)); }
+// The model's time of target T, in key blocks, given the batch's splits at T and its request count.
+TV_HD constexpr long long plan_cost(long long T, long long splits, long long bs, long long tiles, long long ctas) {
+  return ceil_div(tiles * splits, ctas) * (T + kPlanCtaOverhead) + (splits > bs ? kPlanCombine : 0);
 }
-// The model's time of chunk k, in key blocks, given the batch's sum of splits at k and the request count.
-TV_HD constexpr long long plan_cost(long long k, long long splits_sum, long long bs, long long tiles, long long ctas) {
-  return ceil_div(tiles * splits_sum, ctas) * (k + kPlanCtaOverhead) + (splits_sum > bs ? kPlanCombine : 0);
-}
-// Of two candidates (cost, s), whether a is the better: lower cost, then fewer splits.
-TV_HD constexpr bool plan_better(long long cost_a, long long s_a, long long cost_b, long long s_b) {
-  return cost_a < cost_b || (cost_a == cost_b && s_a < s_b);
-}
-// The batch's chunk in keys, serially (the host's plan): blocks_of(b) = request b's key blocks.
-template <class BlocksOf>
-TV_HD inline long long planned_chunk(int bs, long long tiles, long long ctas, int v, BlocksOf blocks_of) {
-  long long longest = 1;
-  for (int b = 0; b < bs; ++b) longest = blocks_of(b) > longest ? blocks_of(b) : longest;
-  long long best_k = longest, best_cost = -1, best_s = 0;
-  for (long long s = 1; s <= kPlanSplitsTried; ++s) {
-    const long long k = plan_candidate(s, longest, v);
-    if (k == 0) continue;
-    long long sum = 0;
-    for (int b = 0; b < bs; ++b) sum += ceil_div(blocks_of(b), k);
-    const long long cost = plan_cost(k, sum, bs, tiles, ctas);
-    if (best_cost < 0 || plan_better(cost, s, best_cost, best_s)) best_k = k, best_cost = cost, best_s = s;
+// The smallest target in [lo, hi] whose CTAs fit `budget` (splits(T) never grows with T), or hi + 1 if none does.
+template <class Splits>
+TV_HD inline long long plan_fit(long long lo, long long hi, long long tiles, long long budget, Splits splits) {
+  if (tiles * splits(hi) > budget) return hi + 1;
+  while (lo < hi) {
+    const long long mid = (lo + hi) / 2;
+    if (tiles * splits(mid) <= budget) hi = mid; else lo = mid + 1;
   }
-  return best_k * block_n(v);
+  return lo;
 }
-// The most splits the planned rule gives a request of at most max_keys keys in any batch: a deferred call's grid and
-// partial slots, planned before the lengths are known.
-TV_HD constexpr long long planned_max_splits(long long max_keys, int v) {
-  const long long by_chunk = n_splits(max_keys, plan_min_blocks(v) * block_n(v));
-  return by_chunk < kPlanSplitsTried ? (by_chunk > 1 ? by_chunk : 1) : kPlanSplitsTried;
+// The batch's target T (key blocks a CTA), serially (the host's plan): splits(T) = the batch's sum of plan_splits.
+template <class Splits>
+TV_HD inline long long planned_target(long long longest, long long bs, long long tiles, long long ctas, int v,
+                                      Splits splits) {
+  const long long lo = plan_min_blocks(v) < longest ? plan_min_blocks(v) : longest;
+  long long best = longest, best_cost = -1;
+  for (long long W = 1; W <= kPlanWaves; ++W) {
+    const long long T = plan_fit(lo, longest, tiles, W * ctas, splits);
+    if (T > longest) continue;
+    const long long cost = plan_cost(T, splits(T), bs, tiles, ctas);
+    if (best_cost < 0 || cost < best_cost) best = T, best_cost = cost;
+  }
+  return best;
 }
+// The planned launch's grid (units: CTAs) for bs requests of Q·H = rows: every plan fits it.
+TV_HD constexpr long long planned_max_units(long long bs, long long rows, long long ctas, int v) {
+  const long long one_each = row_tiles(rows, v) * bs, waves = kPlanWaves * ctas;
+  return one_each > waves ? one_each : waves;
+}
+// The most partial slots (splits of the requests that split) of any plan: a split plan fits kPlanWaves waves.
+TV_HD constexpr long long planned_max_slots(long long rows, long long ctas, int v) {
+  return kPlanWaves * ctas / row_tiles(rows, v);
+}
+// The unit table: int32 [1 + 3 x units]: the unit count, then (row tile, split, request) per unit.
+constexpr int kPlanUnitFields = 3;
 
 // The most splits of any request with at most `max_keys` keys (a deferred call's grid and partial slots, planned
 // before the lengths are known: kernels_cu/tree_verify_ops.py prepare_deferred). With an explicit chunk, the longest

@@ -168,14 +168,15 @@ def plan_ctas() -> int:
 
 def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_chunk=None, *, budget: int,
                planned: bool = False):  # fmt: skip
-    """(chunk per request, first partial slot per request, partial slots, splits of the longest request).
-    A request with one split needs no slot (its slot entry is 0 and unused). dtype_name is the kernel:
-    'bf16', 'fp32' or 'sm90a'; budget the build's (budget(spec)); planned: the batch's chunk by the planned rule
-    (made once here, for every launch of the prepared call) unless split_chunk forces one."""
+    """(chunk per request, first partial slot per request, partial slots, splits of the longest request, the unit
+    table of a planned schedule or None). A request with one split needs no slot (its slot entry is 0 and unused).
+    dtype_name is the kernel: 'bf16', 'fp32' or 'sm90a'; budget the build's (budget(spec)); planned: the batch's
+    planned schedule (tree_verify.cuh's planned rule; made once here, for every launch of the prepared call) unless
+    split_chunk forces a chunk."""
     var = geometry.tree_verify_variant(dtype_name)
     if planned and not split_chunk:
-        keys = [int(p) + Q for p in prefix_lens]
-        split_chunk = geometry.tree_verify_planned(keys, Q * H, var, plan_ctas())[0]
+        plan = geometry.tree_verify_schedule([int(p) + Q for p in prefix_lens], Q * H, var, plan_ctas())
+        return plan["chunk"], plan["first"], plan["slots"], plan["most"], plan["units"]
     chunk = np.empty(len(prefix_lens), np.int64)
     first = np.zeros(len(prefix_lens), np.int64)
     slots = most = 0
@@ -187,7 +188,7 @@ def split_plan(prefix_lens: np.ndarray, Q: int, H: int, dtype_name: str, split_c
         if n > 1:
             first[b] = slots
             slots += n
-    return chunk, first, slots, most
+    return chunk, first, slots, most, None
 
 
 class _Call:
@@ -225,10 +226,11 @@ class _Call:
         if slots * QH * (limits.LATENT + 1) * 4 > MAX_PARTIAL_BYTES:
             raise InputError(f"{cause} needs {slots} partial outputs of {QH} rows, more than {MAX_PARTIAL_BYTES} bytes")
 
-    def stage(self, slots: int, most: int, plan_buffers) -> tuple:
+    def stage(self, slots: int, most: int, plan_buffers, units: int = 0) -> tuple:
         """Inputs, outputs and scratch on the device; plan_buffers(staging) -> {"chunk", "first"} device pointers,
-        and "lens", "table" where the attention reads copies of prefix_lens and block_table. Returns (staging,
-        launch of the attention and combine kernels, {input: device pointer}, out, lse)."""
+        "lens", "table" where the attention reads copies of prefix_lens and block_table, and "units", the unit table
+        of a planned schedule, whose `units` CTAs (a 1-D grid) replace the (row tiles, most, bs) grid. Returns
+        (staging, launch of the attention and combine kernels, {input: device pointer}, out, lse)."""
         d, QH = self.dims, self.Q * self.H
         st = Staging(self.lib, self.like)
         try:
@@ -250,13 +252,15 @@ class _Call:
         args = (ins["q"], kv, table, lens, ins["visibility"], np.float32(self.softmax_scale), np.int32(self.Q),
                 np.int32(self.H), np.int32(d["page_size"]), np.int32(d["max_pages"]), plan["chunk"], plan["first"],
                 out[1], lse[1], part_o, part_lse)  # fmt: skip
+        if self.name == SM90A:  # its unit table (0: none, the grid's coordinates say which CTA does what)
+            args = (*args, plan.get("units", 0))
+        grid = (units, 1, 1) if units else (self.geo["row_tiles"], most, self.bs)
         combine_args = (part_o, part_lse, plan["chunk"], plan["first"], lens, np.int32(self.Q), np.int32(self.H),
                         out[1], lse[1])  # fmt: skip
         geo, spec, portable, bs = self.geo, self.spec, self.portable, self.bs
 
         def launch():
-            launch_kernel(spec, (geo["row_tiles"], most, bs), geo["smem_bytes"], *args, entry=attention,
-                          block=geo["threads"])  # fmt: skip
+            launch_kernel(spec, grid, geo["smem_bytes"], *args, entry=attention, block=geo["threads"])
             if slots:
                 blocks = (geo["combine_blocks"], bs, 1)
                 launch_kernel(portable, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
@@ -276,10 +280,15 @@ def prepare(spec: KernelSpec, *args, split_chunk=None, **kwargs) -> Prepared:
     checked = TREE_VERIFY.validate(**host)
     split_chunk = _forced_chunk(split_chunk)
     call = _Call(spec, lib, like, dev, checked)
-    chunk, first, slots, most = split_plan(checked.args["prefix_lens"], call.Q, call.H, call.name, split_chunk,
-                                           budget=call.budget, planned=call.planned)  # fmt: skip
+    chunk, first, slots, most, units = split_plan(checked.args["prefix_lens"], call.Q, call.H, call.name,
+                                                  split_chunk, budget=call.budget, planned=call.planned)  # fmt: skip
     call.check_plan(split_chunk, slots, most)
-    st, launch, _, out, lse = call.stage(slots, most, lambda st: {"chunk": st.input(chunk), "first": st.input(first)})
+
+    def plan_buffers(st):
+        plan = {"chunk": st.input(chunk), "first": st.input(first)}
+        return plan if units is None else {**plan, "units": st.input(units)}
+
+    st, launch, _, out, lse = call.stage(slots, most, plan_buffers, 0 if units is None else int(units[0]))
     prepared = Prepared(st, launch, lambda: Verified(st.result(out), st.result(lse)))
     prepared.served_by = call.spec.name
     return prepared
@@ -303,11 +312,11 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
     max_context = integer("max_context", max_context, Q, limits.MAX_CONTEXT)
     var = geometry.tree_verify_variant(call.name)
     most = geometry.tree_verify(max_context, Q * call.H, var, split_chunk or 0, budget=call.budget)["max_splits"]
-    ctas = 0  # the plan kernel's planned rule: CTAs a wave (0: each request's own chunk)
+    ctas = max_units = 0  # the plan kernel's planned schedule: CTAs a wave, the grid (0: each request's own chunk)
+    slots = bs * most if most > 1 else 0
     if call.planned and not split_chunk:
         ctas = plan_ctas()
-        most = geometry.tree_verify_planned([max_context], Q * call.H, var, ctas, max_context)[1]
-    slots = bs * most if most > 1 else 0
+        max_units, slots = geometry.tree_verify_planned_bounds(bs, Q * call.H, var, ctas)
     call.check_plan(split_chunk, slots, most, max_context)
     max_pages = d["max_pages"]
     pad = max(0, -(-Q // d["page_size"]) - max_pages)  # a refused request's tree rows, planned at length 0
@@ -315,15 +324,17 @@ def prepare_deferred(spec: KernelSpec, *args, max_context, split_chunk=None, err
 
     def plan_buffers(st):
         plan.update(chunk=st.scratch(8 * bs), first=st.scratch(8 * bs), lens=st.scratch(4 * bs),
-                    table=st.scratch(4 * (bs * max_pages + pad)),
-                    flag=flag.allocate(st))  # fmt: skip
+                    table=st.scratch(4 * (bs * max_pages + pad)), flag=flag.allocate(st))  # fmt: skip
+        if max_units:
+            plan["units"] = st.scratch(4 * (1 + 3 * max_units))
         return plan
 
-    st, attend, ins, out, lse = call.stage(slots, most, plan_buffers)
+    st, attend, ins, out, lse = call.stage(slots, most, plan_buffers, max_units)
     plan_args = (ins["prefix_lens"], ins["block_table"], ins["visibility"], np.int32(Q), np.int32(call.H),
                  np.int32(d["page_size"]), np.int32(max_pages), np.int64(d["num_pages"]), np.int64(max_context),
                  np.int32(var), np.int64(split_chunk or 0), np.int64(call.budget), np.int64(most), np.int32(pad),
-                 np.int64(ctas), plan["lens"], plan["table"], plan["chunk"], plan["first"], plan["flag"])  # fmt: skip
+                 np.int64(ctas), plan["lens"], plan["table"], plan["chunk"], plan["first"], plan.get("units", 0),
+                 plan["flag"])  # fmt: skip
 
     def launch():
         flag.clear(st)

@@ -522,7 +522,17 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     const uint16_t* __restrict__ q, const void* kv_map, const int* __restrict__ block_table,
     const int* __restrict__ prefix_lens, const uint32_t* __restrict__ visibility, float scale, int Q, int H,
     int page_size, int max_pages, const long long* __restrict__ split_chunk, const long long* __restrict__ split_off,
-    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse) {
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse,
+    const int* __restrict__ plan_units) {
+  // The CTA's (row tile, split, request): the grid's own coordinates, or with a planned schedule (sm90a_planned,
+  // tv::planned_target) unit blockIdx.x of its table, whose count comes first (the grid's CTAs past it have none).
+  int tile = blockIdx.x, s = blockIdx.y, b = blockIdx.z;
+  if (plan_units != nullptr) {
+    const int u = blockIdx.x;
+    if (u >= __ldg(plan_units)) return;
+    const int* unit = plan_units + 1 + tv::kPlanUnitFields * u;
+    tile = __ldg(unit), s = __ldg(unit + 1), b = __ldg(unit + 2);
+  }
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Cta x;
@@ -531,12 +541,11 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   const int tid = threadIdx.x, wt = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform as far as the compiler can tell
   const int w = wt >> 5, lane = tid & 31;
-  const int b = blockIdx.z, s = blockIdx.y;
   x.P = prefix_lens[b];
   const long long n_keys = static_cast<long long>(x.P) + Q;
   const long long chunk = split_chunk[b];
   if (s >= tv::n_splits(n_keys, chunk)) return;  // the grid is sized for the request with the most splits
-  const int QH = Q * H, R0 = static_cast<int>(blockIdx.x) * kRows;  // Q·H <= 1025 x 128
+  const int QH = Q * H, R0 = tile * kRows;  // Q·H <= 1025 x 128
   const int rows_here = QH - R0 < kRows ? QH - R0 : kRows;
   const int i_max = (R0 + rows_here - 1) / H;  // the tile's last query
   x.W = (Q + 31) >> 5;
@@ -750,15 +759,17 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
 
 // Arguments as the portable bf16 entry (kernels_cu/tree_verify_ops.py), except that the cache is passed as
 // the device address of its TMA descriptor (a CUtensorMap over [pages][page_size][576] bf16, 128-byte
-// swizzle, box {64, min(page_size, 64), 1}) written by the host before the launch. The partial outputs of
+// swizzle, box {64, min(page_size, 64), 1}) written by the host before the launch, and plan_units, the unit table of
+// a planned schedule (its 1-D grid; nullptr: the grid is (row tiles, splits, requests)). The partial outputs of
 // split requests are merged by the portable module's combine kernel.
 extern "C" __global__ void __launch_bounds__(tv::kSm90aThreads, 1) tree_verify_sm90a_kernel(
     const uint16_t* __restrict__ q, const void* kv_map, const int* __restrict__ block_table,
     const int* __restrict__ prefix_lens, const uint32_t* __restrict__ visibility, float softmax_scale, int Q, int H,
     int page_size, int max_pages, const long long* __restrict__ split_chunk, const long long* __restrict__ split_off,
-    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse) {
+    uint16_t* __restrict__ out, float* __restrict__ lse, float* __restrict__ part_o, float* __restrict__ part_lse,
+    const int* __restrict__ plan_units) {
   tree_verify_sm90a_cta(q, kv_map, block_table, prefix_lens, visibility, softmax_scale, Q, H, page_size, max_pages,
-                        split_chunk, split_off, out, lse, part_o, part_lse);
+                        split_chunk, split_off, out, lse, part_o, part_lse, plan_units);
 }
 
 // The geometry functions evaluated on the device (see tree_verify.cu's query kernel).

@@ -3,8 +3,8 @@
   python3 -m lab.tree_verify_race [--json F] [--quick]     # chains, mixed-length batches, trees: a table per grid
   python3 -m lab.tree_verify_race fixed                     # bs 1 launches for ncu's per-kernel durations
 
-Each shape is timed for every sm90a build in BUILDS (the batch-invariant variant, the P·V shape before it, and the
-planned variant) and for the peers (FlashMLA and FlashInfer MLA fa3 on chains, both cascades on trees), all on the
+Each shape is timed for both sm90a variants (batch-invariant and planned) and for the peers (FlashMLA and
+FlashInfer MLA fa3 on chains, both cascades on trees), all on the
 same inputs (harness/bench/verify_baselines.make_case), each output checked first: ours against a float32 attention
 (request 0), the peers against the float64 oracle (harness/bench/peers.check). Times as the perf suite takes them
 (harness/timing: ours from CUDA graph replays with the L2 flushed or inputs rotated, the peers with torch events,
@@ -48,15 +48,10 @@ TREES = [(64, 17, 8 * K, 8), (64, 17, 8 * K, 32), (128, 65, 8 * K, 8), (64, 257,
 
 
 def builds():
-    """{label: KernelSpec}: the sm90a builds compared."""
+    """{label: KernelSpec}: the sm90a builds compared (a design build is spec.with_defines(...))."""
     from kernels_cu import specs
 
-    base = specs.get("tree_verify", "sm90a")
-    return {
-        "sm90a_pv64": base.with_defines("sm90a_pv64", TV_PV_N64="1"),  # P·V as four m64n64 (before)
-        "sm90a": base,
-        "sm90a_planned": specs.get("tree_verify", "sm90a_planned"),
-    }
+    return {v: specs.get("tree_verify", v) for v in ("sm90a", "sm90a_planned")}
 
 
 def time_ours(spec, case, plan, policy):

@@ -72,49 +72,55 @@ def test_split_rule(n_keys, rows, v, chunk, budget):
         assert n == 1 or c >= 512 - g["block_n"]
 
 
-def _planned_by_brute_force(keys, rows, ctas):
-    """The planned rule's documented model (tree_verify.cuh), priced at every chunk of whole 64-key blocks from
-    256 keys (or the longest request, if shorter) to the longest request: the cheapest, then the fewest splits."""
-    blocks = [-(-k // 64) for k in keys]
-    tiles, longest = -(-rows // 64), max(blocks)
+def _splits(blocks: int, T: int) -> int:
+    """A request's splits at target T (the planned rule as tree_verify.cuh documents it)."""
+    chunk = -(-blocks // -(-blocks // T))
+    return -(-blocks // chunk)
+
+
+def _planned_target(blocks, tiles, ctas):
+    """The documented rule, restated by brute force: for W = 1..4 waves the smallest target T (128 keys at least,
+    unless the longest request is shorter) whose CTAs fit W waves, priced waves x (T + 4) (+ 2 where a request
+    splits); the cheapest, fewer waves on a tie; one split each where no W fits."""
+    longest = max(blocks)
     best = None
-    for k in range(min(4, longest), longest + 1):
-        splits = sum(-(-b // k) for b in blocks)
-        if -(-longest // k) > 128:  # the rule tries at most 128 splits of the longest request
+    for W in range(1, 5):
+        fits = [T for T in range(min(2, longest), longest + 1)
+                if tiles * sum(_splits(b, T) for b in blocks) <= W * ctas]  # fmt: skip
+        if not fits:
             continue
-        cost = -(-tiles * splits // ctas) * (k + 2) + (2 if splits > len(keys) else 0)
-        cand = (cost, -(-longest // k), k)
-        best = cand if best is None or cand < best else best
-    return best
+        T = min(fits)
+        n = sum(_splits(b, T) for b in blocks)
+        cost = -(-tiles * n // ctas) * (T + 4) + (2 if n > len(blocks) else 0)
+        if best is None or cost < best[0]:
+            best = (cost, T)
+    return longest if best is None else best[1]
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_planned_rule_takes_the_cheapest_chunk_of_its_model(seed):
-    """sm90a_planned's batch chunk (the header's planned_chunk, through the host library) is the cheapest of the
-    candidates the header prices (one chunk per split count of the longest request) under the model it documents,
-    within 5 % of the cheapest chunk of whole blocks (a brute force over every one; 4.8 % at worst over 400 seeded
-    batches), and no request gets more splits than the deferred grid holds (planned_max_splits)."""
+def test_planned_schedule_is_its_documented_rule(seed):
+    """sm90a_planned's schedule (the header's planned rule, through the host library) takes the target the rule
+    documents (a brute force over every target), gives each request the splits that target implies with chunks of
+    whole key blocks, lists every (request, split, row tile) once in that order, and stays within the deferred
+    launch's grid and partial slots (planned_max_units, planned_max_slots)."""
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8, 32, 128]))
     keys = [int(k) for k in np.clip(np.exp(rng.normal(8.5, 1.5, bs)), 1, 131_072).astype(int)]
     rows, ctas = int(rng.choice([1, 16, 64, 128, 512, 1088])), int(rng.choice([66, 114, 132]))
     v = geometry.tree_verify_variant("sm90a")
-    chunk, most = geometry.tree_verify_planned(keys, rows, v, ctas, max(keys))
-    assert chunk % 64 == 0 and (chunk >= 256 or chunk >= max(keys))
-    splits = [-(-k // chunk) for k in keys]
-    assert max(splits) <= most
-    blocks = [-(-key // 64) for key in keys]
-    tiles, longest = -(-rows // 64), max(blocks)
-
-    def cost_of(k):  # the model's price of a chunk of k blocks
-        n = sum(-(-b // k) for b in blocks)
-        return -(-tiles * n // ctas) * (k + 2) + (2 if n > bs else 0)
-
-    candidates = {-(-longest // s) for s in range(1, 129) if s == 1 or -(-longest // s) >= 4}
-    got = cost_of(chunk // 64)
-    assert chunk // 64 in candidates and got == min(cost_of(k) for k in candidates), (keys, rows, ctas, chunk)
-    best, _s, _k = _planned_by_brute_force(keys, rows, ctas)
-    assert got <= 1.05 * best, f"{keys} rows {rows} ctas {ctas}: chunk {chunk} costs {got}, every chunk's best {best}"
+    plan = geometry.tree_verify_schedule(keys, rows, v, ctas)
+    blocks, tiles = [-(-k // 64) for k in keys], -(-rows // 64)
+    assert plan["target"] == _planned_target(blocks, tiles, ctas), (keys, rows, ctas)
+    splits = [_splits(b, plan["target"]) for b in blocks]
+    assert all(c % 64 == 0 for c in plan["chunk"])
+    assert [-(-k // int(c)) for k, c in zip(keys, plan["chunk"])] == splits
+    want = [(t, s, b) for b in range(bs) for s in range(splits[b]) for t in range(tiles)]
+    units = plan["units"]
+    assert units[0] == len(want) and [tuple(u) for u in units[1:].reshape(-1, 3)] == want
+    split = [n if n > 1 else 0 for n in splits]
+    assert plan["first"].tolist() == [sum(split[:b]) if split[b] else 0 for b in range(bs)]
+    max_units, max_slots = geometry.tree_verify_planned_bounds(bs, rows, v, ctas)
+    assert units[0] <= max_units and plan["slots"] == sum(split) <= max_slots
 
 
 @pytest.mark.gpu

@@ -189,9 +189,11 @@ void launch_tree_verify(const Variant& requested, const VerifyOnDevice& d) {
   const long long* f = first_d.as<long long>();
   float* po = part_o.as<float>();
   float* pl = part_lse.as<float>();
+  const int* plan_units = nullptr;  // the sm90a kernel's last argument: no planned schedule (the grid says which CTA
+                                    // does what); the portable kernels have one argument less, and ignore it
   void* args[] = {(void*)&d.q, (void*)&kv_arg, (void*)&d.block_table, (void*)&d.prefix_lens,
                   (void*)&d.visibility, &scale, &Q, &H, &page_size, &max_pages, (void*)&c, (void*)&f,
-                  (void*)&d.out, (void*)&d.lse, (void*)&po, (void*)&pl};
+                  (void*)&d.out, (void*)&d.lse, (void*)&po, (void*)&pl, (void*)&plan_units};
   launch(v, attention, dim3(unsigned(tv::row_tiles(QH, var, budget)), unsigned(most), unsigned(d.bs)),
          dim3(tv::threads(var)), size_t(tv::smem_bytes(var, budget)), args);
   if (slots) {
