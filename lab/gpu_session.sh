@@ -4,13 +4,14 @@
 # Usage: lab/gpu_session.sh OUT [stages...]
 #   stages (default: step verify race fixed):
 #     step     the step's refused rounds (ST.2.3, ST.2.4) on every cuda variant; the original failure's cases under
-#              compute-sanitizer memcheck; the tree_build mutant that builds on refused values (must be killed)
-#     verify   tree_verify's conformance (its own tests, the device arrays' and the fixtures') for sm90a and
-#              sm90a_planned, and the dev tool's smoke checks of both
+#              compute-sanitizer memcheck; the kernel mutants named in MUTANTS (space-separated substrings; each
+#              must be killed)
+#     verify   tree_verify's conformance (its own tests, the device arrays' and the fixtures', tree_build's deferred
+#              path) for every cuda variant and sm90a_planned, and the dev tool's smoke checks of both sm90a variants
 #     race     python -m lab.tree_verify_race (sm90a builds beside FlashMLA / FlashInfer / the cascades)
 #     fixed    Nsight Compute's per-kernel durations of bs-1 calls (python -m lab.tree_verify_race fixed)
 #     torch_ops  the PyTorch operators' GPU checks (tools/torch_ops_gpu_check.sh, where it exists)
-# Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick). The peers are imported
+# Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick), MUTANTS (see step). The peers are imported
 # from PYTHONPATH (tools/peers_setup.sh's .peers/site). OUT gets summary.txt, env.txt, race.json, race.md and
 # logs.tar.gz (every log and the conformance reports).
 set -uo pipefail
@@ -19,6 +20,7 @@ OUT=${1:?usage: lab/gpu_session.sh OUT [stages]}; shift
 STAGES=${*:-step verify race fixed}
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-12}
+MUTANTS=${MUTANTS:-k_tb_builds_on_refused_values}
 mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-quick}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
@@ -42,14 +44,15 @@ step_checks() {
   stage step_memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -m pytest \
     conformance/test_step.py -k stops_the_step --impl cuda:select_verify --impl cuda:select_race \
     --impl cuda:prefilter --require-gpu -q -p no:cacheprovider -p no:xdist --report-dir "$OUT/logs/memcheck" &
-  stage mutant_refused 200 "$PY" -m pytest meta/test_kernel_mutants.py -k k_tb_builds_on_refused_values -q \
-    -p no:cacheprovider -p no:xdist -rA &
+  stage mutants 280 "$PY" -m pytest meta/test_kernel_mutants.py -k "is_killed and not twins and (${MUTANTS// / or })" \
+    -q -p no:cacheprovider -n 6 -rA &
   wait
 }
 verify_checks() {
-  stage verify 200 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_tree_verify.py conformance/test_device_arrays.py \
-    conformance/test_fixtures.py conformance/test_extremes_verify.py -k tree_verify --impl cuda:sm90a \
-    --impl cuda:sm90a_planned -n "$JOBS" --report-dir "$OUT/logs/verify" &
+  stage verify 240 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_tree_verify.py \
+    conformance/test_device_arrays.py conformance/test_fixtures.py conformance/test_extremes_verify.py \
+    -k "tree_verify or tree_build_deferred" --impl cuda --impl cuda:sm90a_planned -n "$JOBS" \
+    --report-dir "$OUT/logs/verify" &
   stage smoke_sm90a 150 "$PY" -m lab.tree_verify_dev smoke --variant sm90a &
   stage smoke_planned 150 "$PY" -m lab.tree_verify_dev smoke --variant sm90a_planned &
   wait
