@@ -20,7 +20,7 @@ import json
 import statistics
 import sys
 
-import numpy as np
+from perf import bench_tree_verify as _perf
 
 K = 1024
 # (H, Q, prefix, bs): the chain grid's corners and the shapes the issue quotes
@@ -28,13 +28,8 @@ CHAINS = [(64, 2, 8 * K, 1), (16, 1, 32 * K, 1), (128, 4, 8 * K, 1), (16, 1, 8 *
           (128, 2, 8 * K, 32), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128), (64, 16, 8 * K, 32), (16, 4, 32 * K, 128),
           (128, 16, 32 * K, 32)]  # fmt: skip
 QUICK_CHAINS = [(64, 2, 8 * K, 1), (16, 1, 8 * K, 128), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128)]
-MIXED_PREFIXES = [4641, 45118, 1730, 1696]  # ThunderMLA's mixed-length batch
-
-
-def lognormal_prefixes(bs: int, seed: int = 7, median: int = 8 * K, sigma: float = 1.0, most: int = 128 * K):
-    """A seeded log-normal batch of prefixes, median 8k, a long tail cut at 128k."""
-    rng = np.random.default_rng(seed)
-    return np.clip(np.round(median * np.exp(sigma * rng.standard_normal(bs))), 64, most).astype(np.int32)
+MIXED_PREFIXES = list(_perf.MIXED_PREFIXES)  # ThunderMLA's mixed-length batch
+lognormal_prefixes = _perf.lognormal_prefixes  # seeded, median 8k, a long tail cut at 128k (the perf suite's)
 
 
 def mixed_shapes():

@@ -66,7 +66,9 @@ def sweep_params():
     return out + [_param(*s, "verify_sweep", quick=s[1] in (17, 257)) for s in SWEEP]
 
 
-VARIANTS = tuple(s.variant for s in specs.for_op("tree_verify") if s.default)
+# the default selection, and the planned mode beside sm90a (its figures next to the batch-invariant ones: what
+# batch invariance costs)
+VARIANTS = tuple(s.variant for s in specs.for_op("tree_verify") if s.default or not s.batch_invariant)
 TWINS = targets.other_arch_budget("tree_verify")
 
 
@@ -143,16 +145,21 @@ def run_case(
 ):  # fmt: skip
     torch = _torch_cuda()
     case = vb.make_case(bs, Q, H, P, device="cuda", chain=chain)
-    rows = vb.row_index(case, "cuda")
+    rows = vb.row_index(case, "cuda") if case.uniform else None
     torch.cuda.synchronize()
     p = targets.prepare(
         "tree_verify", variant, case.q, case.kv, case.block_table, case.prefix_lens, case.visibility, case.scale
     )
     try:
         p.launch()
-        out, _lse = targets.verify_outputs(p.results())
-        err = vb.spot_check(case, out, rows)
-        assert err <= TOLERANCE, f"[TV] kernel output is off by {err:.3g} (relative, request 0) at {case.shape}"
+        out, lse = targets.verify_outputs(p.results())
+        if case.uniform:
+            err = vb.spot_check(case, out, rows)
+            assert err <= TOLERANCE, f"[TV] kernel output is off by {err:.3g} (relative, request 0) at {case.shape}"
+        else:  # a mixed-length batch: the float64 oracle of the peers' check (first and last requests)
+            chk = peers.check(case, out, lse)
+            assert chk["ok"], f"[TV] kernel output is off the float64 oracle at {case.shape}: {chk}"
+            err = chk["max_out_err"]
         benchmark.pedantic(lambda: (p.launch(), p.sync()), rounds=1)  # host wall: one call (it may take seconds)
         if not benchmark.enabled:
             return
@@ -170,6 +177,7 @@ def run_case(
         for name in comparators:
             comps[name] = _comparator(torch, name, case, rows, mask, cpolicy, flush)
         del mask
+    P = int(np.max(P))  # a mixed-length batch's longest prefix (its prefixes in extra_shape)
     shape = {"H": H, "Q": Q, "prefix": P, "bs": bs, "dtype": "bf16", "page": vb.PAGE, **(extra_shape or {})}
     record.put(
         benchmark,
@@ -217,6 +225,36 @@ def test_tree_verify_chain_vs_peers(benchmark, ceilings, perf_policy, with_compa
     benchmark.group = f"tree_verify chain H={H}"
     run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, P, bs, tuple(peers.CHAIN),
              extra_shape={"sweep": "chain", "tree": "chain"}, variant=variant, chain=True)  # fmt: skip
+
+
+# Mixed-length batches (chains), beside the peers: ThunderMLA's four prefixes at H 128, Q 1/2/4, and seeded
+# log-normal batches of 32 and 128 requests (median 8k, a tail cut at 128k) at H 64, Q 2.
+MIXED_PREFIXES = (4641, 45118, 1730, 1696)
+
+
+def lognormal_prefixes(bs: int, seed: int = 7) -> tuple[int, ...]:
+    rng = np.random.default_rng(seed)
+    return tuple(int(p) for p in np.clip(np.round(8 * K * np.exp(rng.standard_normal(bs))), 64, 128 * K))
+
+
+def mixed_params():
+    out = [pytest.param(128, Q, MIXED_PREFIXES, "thunder4", id=f"thunder4-H128-Q{Q}") for Q in (1, 2, 4)]
+    return out + [pytest.param(64, 2, lognormal_prefixes(bs), f"lognormal{bs}", id=f"lognormal{bs}-H64-Q2",
+                               marks=[] if bs == 32 else [pytest.mark.perf_full]) for bs in (32, 128)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.perf_stage("verify_peers")
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("H,Q,prefixes,label", mixed_params())
+def test_tree_verify_mixed_vs_peers(benchmark, ceilings, perf_policy, with_comparators, H, Q, prefixes, label,
+                                    variant):  # fmt: skip
+    """The kernel on a mixed-length batch of chains beside FlashMLA and FlashInfer MLA on the same inputs."""
+    _variant_runs_here(variant)
+    benchmark.group = f"tree_verify mixed {label}"
+    run_case(benchmark, ceilings, perf_policy, with_comparators, H, Q, list(prefixes), len(prefixes),
+             tuple(peers.CHAIN), extra_shape={"sweep": "mixed", "tree": "chain", "batch": label,
+                                              "prefixes": list(prefixes)}, variant=variant, chain=True)  # fmt: skip
 
 
 EXTERNAL = [(64, 2, 8 * K, 1), (128, 4, 8 * K, 32), (64, 17, 8 * K, 8)]

@@ -12,7 +12,8 @@ STAGES = {
     "verify_h128": "ceilings, tree_verify H = 128 grid with its comparators; ~8 min",
     "verify_sweep": "ceilings, tree_verify TP shards (H 8/16), the budget sweep B 16..1024, FlexAttention; ~5 min",
     "verify_peers": "ceilings, tree_verify on chains beside FlashMLA and FlashInfer MLA (fa3, fa2): H 16/64/128 x "
-    "Q 1..64 x prefix 8k/32k x bs 1/32/128, 0.3 s per measurement (duration MODELLED ~8 min: not yet run)",
+    "Q 1..64 x prefix 8k/32k x bs 1/32/128, and mixed-length batches (ThunderMLA's four prefixes, log-normal "
+    "batches of 32 and 128), every sm90a variant, 0.3 s per measurement (duration MODELLED ~8 min: not yet run)",
     "draft_topk_bf16": "ceilings, draft_topk on bf16 logits (V x L x K x bs) with its comparators (torch.topk + "
     "logsumexp on bf16 and after a cast to fp32, flashinfer.top_k + logsumexp), 0.1 s per measurement; ~6.5 min "
     "(an H100, 2026-12-06: 373 s)",
