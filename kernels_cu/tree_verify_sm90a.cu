@@ -563,10 +563,18 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   x.kv_map = kv_map;
   x.scale_log2 = scale * 1.4426950408889634f;
 
+  if (wt == 0) {  // thread 0 of each warpgroup issues TMA copies: acquire the host-written descriptor
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(kv_map) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(kv_map) : "memory");
+  }
   if (tid == 0) {
     for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.sQ + tv::sm90a_bar_offset() + 8 * i, 1);
     for (int k = kExR0; k <= kExZero0 + 1; ++k) mbar_init(x.ex(k), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    // the first two blocks' copies now, so that their latency overlaps the q tile's loads below (the buffers are
+    // apart from q's region; the other threads wait for the copies on the slab barriers after the block barrier)
+    if (x.nblk > 0) x.load(0, 0, kSlabs);
+    if (x.nblk > 1) x.load(1, 0, kSlabs);
   }
   // q tile (all threads): 64 rows x 72 chunks of 16 bytes into the swizzled layout; rows past Q·H are zero.
   {
@@ -580,13 +588,6 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     fence_async_smem();
   }
   __syncthreads();  // barriers initialised, q in place
-
-  if (wt == 0) {  // thread 0 of each warpgroup issues TMA copies: acquire the host-written descriptor
-    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(kv_map) : "memory");
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(kv_map) : "memory");
-    if (wg == 0 && x.nblk > 0) x.load(0, 0, kSlabs);
-    if (wg == 1 && x.nblk > 1) x.load(1, 0, kSlabs);
-  }
 
   // This thread's rows (the wgmma accumulator layout): ra = 16·warp + lane / 4 and ra + 8, in both warpgroups.
   const int ra = 16 * w + (lane >> 2);
