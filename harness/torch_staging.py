@@ -7,6 +7,7 @@ torch is imported on first use."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -96,6 +97,8 @@ def staged(fn, op: str):
         for k in in_place:
             if type(named.get(k)) is np.ndarray:
                 named[k][...] = to_host(dev[k])
+        if dataclasses.is_dataclass(result):  # TopK, Tree, Accept (Verified is a tuple)
+            return type(result)(**{f: to_host(getattr(result, f)) for f in result.FIELDS})
         return type(result)(*(to_host(x) for x in result))
 
     return call
