@@ -284,10 +284,11 @@ def _tensors(args: dict, extra: dict) -> dict:
 def _launch(slug: str, named: dict) -> tuple:
     """One operator call: shape checks, the prepared call (made on a miss), fresh outputs, the launch on torch's
     current stream over this call's tensors."""
-    variant = variant_of("tree_accept" if slug == "tree_accept_commit" else slug, named.pop("variant"))
+    asked = named.pop("variant")
     args, extra = _contract_args(slug, named)
     tensors = _tensors(args, extra)
     dev = _device_of(slug, tensors)
+    variant = variant_of(slug.removesuffix("_commit"), asked)
     key = _key(slug, variant, {**args, **extra}, tensors)
     meta = output_meta(slug, named)
     capturing = torch.cuda.is_current_stream_capturing()
