@@ -321,6 +321,7 @@ class _Records:
 
     def __init__(self):
         self.by_flag: dict[int, dict] = {}
+        self.failed: dict[int, BaseException] = {}  # what check() raised over a flag, until reset()
         self.lock = threading.Lock()
 
     def record(self, flag, slug, variant, args, extra) -> None:
@@ -330,6 +331,7 @@ class _Records:
     def forget(self, flag) -> None:
         with self.lock:
             self.by_flag.pop(flag.data_ptr(), None)
+            self.failed.pop(flag.data_ptr(), None)
 
     def calls(self, flag) -> dict:
         with self.lock:
@@ -356,9 +358,21 @@ def reset(error_flag) -> None:
 def check(error_flag) -> None:
     """Wait for torch's current stream; where `error_flag` is set, raise the contract's named InputError of the first
     op (in step order) whose last call over this flag the contract refuses on its inputs as they are now (the op's own
-    deferred revalidation, tree_verify's max_context included). The flag stays set until reset()."""
+    deferred revalidation, tree_verify's max_context included). The flag stays set until reset(), and the error once
+    raised is raised again until then (later calls overwrite the inputs it names)."""
     if not int(error_flag.item()):
         return
+    failed = RECORDS.failed.get(error_flag.data_ptr())
+    if failed is not None:
+        raise failed
+    try:
+        _name_the_refusal(error_flag)
+    except (InputError, RuntimeError) as e:
+        RECORDS.failed[error_flag.data_ptr()] = e
+        raise
+
+
+def _name_the_refusal(error_flag) -> None:
     from kernels_cu import ops
 
     calls = RECORDS.calls(error_flag)
