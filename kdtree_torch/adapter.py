@@ -48,12 +48,13 @@ def _ready(named: dict, in_place: tuple[str, ...] = ()) -> dict:
 
 
 def _shapes(c: contract.OpContract, named: dict) -> contract.Checked:
-    """The contract's shape-only checks, each tensor by its shape and dtype (anything else as it is)."""
+    """The contract's shape-only checks, each tensor by its shape and dtype (anything else as it is), before any
+    broadcast view is made contiguous (a refused shape may be terabytes)."""
     ops = _ops()
     infos = {}
     for k, v in named.items():
         if _is_tensor(v) and v.device.type == "cuda":
-            infos[k] = contract.ArrayInfo(tuple(v.shape), ops.numpy_dtype(k, v))
+            infos[k] = contract.ArrayInfo(tuple(v.shape), ops.numpy_dtype(k, v), c_contiguous=v.is_contiguous())
         else:
             infos[k] = v
     return c.validate_shapes(**infos)
@@ -70,8 +71,9 @@ def _host(t) -> np.ndarray:
 @DRAFT_TOPK.implements
 def draft_topk(logits, K):
     """torch.ops.kdtree.draft_topk."""
-    named = _ready({"logits": logits, "K": K})
+    named = {"logits": logits, "K": K}
     _shapes(DRAFT_TOPK, named)
+    named = _ready(named)
     flag = _flag(named["logits"])
     top = _torch().ops.kdtree.draft_topk(named["logits"], int(K), flag)
     _ops().check(flag)
@@ -82,13 +84,14 @@ def draft_topk(logits, K):
 def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with_full_mask=False):
     """torch.ops.kdtree.tree_build (no FULL_MASK: a case asking for one gets the contract's full check, and is not
     taken when it passes)."""
-    named = _ready({"top_logp": top_logp, "top_ids": top_ids, "root_tokens": root_tokens, "budget": budget,
-                    "prefix_lens": prefix_lens, "with_full_mask": with_full_mask})  # fmt: skip
+    named = {"top_logp": top_logp, "top_ids": top_ids, "root_tokens": root_tokens, "budget": budget,
+             "prefix_lens": prefix_lens, "with_full_mask": with_full_mask}  # fmt: skip
     if with_full_mask is True:
         host = {k: _host(v) if _is_tensor(v) else v for k, v in named.items()}
         TREE_BUILD.validate(**host)
         raise NotImplementedError("with_full_mask: the operators make no FULL_MASK (its size reads prefix_lens)")
     _shapes(TREE_BUILD, named)
+    named = _ready(named)
     flag = _flag(named["top_logp"])
     tree = _torch().ops.kdtree.tree_build(named["top_logp"], named["top_ids"], named["root_tokens"], int(budget),
                                           named["prefix_lens"], flag)  # fmt: skip
@@ -102,9 +105,10 @@ def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with
 @TREE_VERIFY.implements
 def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
     """torch.ops.kdtree.tree_verify, max_context the batch's longest request."""
-    named = _ready({"q": q, "kv_cache": kv_cache, "block_table": block_table, "prefix_lens": prefix_lens,
-                    "visibility": visibility, "softmax_scale": softmax_scale})  # fmt: skip
+    named = {"q": q, "kv_cache": kv_cache, "block_table": block_table, "prefix_lens": prefix_lens,
+             "visibility": visibility, "softmax_scale": softmax_scale}  # fmt: skip
     checked = _shapes(TREE_VERIFY, named)
+    named = _ready(named)
     Q = checked.dims["Q"]
     longest = int(_host(named["prefix_lens"]).astype(np.int64).max()) + Q
     max_context = min(max(longest, Q), limits.MAX_CONTEXT)  # a request past it is refused on the device, by name
@@ -120,10 +124,11 @@ def tree_verify(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale
 def tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None,
                 prefix_lens=None):  # fmt: skip
     """torch.ops.kdtree.tree_accept, or tree_accept_commit where the commit is given."""
-    named = _ready({"tokens": tokens, "first_child": first_child, "next_sibling": next_sibling,
-                    "target_tokens": target_tokens, "max_depth": max_depth, "kv_cache": kv_cache,
-                    "block_table": block_table, "prefix_lens": prefix_lens}, in_place=("kv_cache",))  # fmt: skip
+    named = {"tokens": tokens, "first_child": first_child, "next_sibling": next_sibling,
+             "target_tokens": target_tokens, "max_depth": max_depth, "kv_cache": kv_cache, "block_table": block_table,
+             "prefix_lens": prefix_lens}  # fmt: skip
     _shapes(TREE_ACCEPT, named)
+    named = _ready(named, in_place=("kv_cache",))
     flag = _flag(named["tokens"])
     walk = [named[k] for k in ("tokens", "first_child", "next_sibling", "target_tokens")]
     kd = _torch().ops.kdtree

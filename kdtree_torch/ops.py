@@ -77,9 +77,12 @@ CONTRACTS = {"draft_topk": DRAFT_TOPK, "tree_build": TREE_BUILD, "tree_verify": 
 # ---- shapes (the fake implementations and the real ones alike) ---------------------------------------------------
 def numpy_dtype(arg: str, t) -> np.dtype:
     """A tensor's dtype as the contract names it (InputError naming `arg` for one it cannot name)."""
-    if t.dtype not in _NUMPY_DTYPES:
-        raise InputError(f"{arg}: dtype {t.dtype} is not one the contract takes")
-    return _NUMPY_DTYPES[t.dtype]
+    if t.dtype in _NUMPY_DTYPES:
+        return _NUMPY_DTYPES[t.dtype]
+    try:  # one the contract refuses by name (uint16, complex64...)
+        return np.dtype(str(t.dtype).removeprefix("torch."))
+    except TypeError:
+        raise InputError(f"{arg}: dtype {t.dtype} is not one the contract takes") from None
 
 
 def _infos(c: contract.OpContract, named: dict) -> dict:
@@ -350,9 +353,11 @@ def new_error_flag(device=None) -> torch.Tensor:
 
 
 def reset(error_flag) -> None:
-    """Zero the flag (later calls commit and advance again) and forget the calls recorded over it."""
+    """Zero the flag (later calls commit and advance again) and the error check() keeps raising; the calls recorded
+    over it stay (a captured graph's are recorded once, at its capture)."""
     error_flag.zero_()
-    RECORDS.forget(error_flag)
+    with RECORDS.lock:
+        RECORDS.failed.pop(error_flag.data_ptr(), None)
 
 
 def check(error_flag) -> None:
