@@ -39,11 +39,12 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
 
 def _int_args(op: str) -> set[str]:
-    return {a.name for a in contract.OPS[op].args if a.kind == "int"}
+    """The integer arguments, and the flags (a declaration takes {False} for tree_build's with_full_mask)."""
+    return {a.name for a in contract.OPS[op].args if a.kind in ("int", "flag")}
 
 
 def dimension_names(op: str) -> list[str]:
-    """What a declaration may bound for `op`: the contract's shape symbols and its integer arguments."""
+    """What a declaration may bound for `op`: the contract's shape symbols, its integer arguments and its flags."""
     return [s.name for s in contract.OPS[op].symbols] + sorted(_int_args(op))
 
 
@@ -63,8 +64,9 @@ class Capabilities:
 
     - `dtypes`: input dtype names among those the contract allows (tree_verify: "float32", "bfloat16");
       None = all of them.
-    - `dims`: per contract symbol or integer argument (`dimension_names(op)`: tree_verify's bs, Q, H,
-      page_size...; tree_build's budget...), a container of the values taken: `range(1, 129)`, `{64}`.
+    - `dims`: per contract symbol, integer argument or flag (`dimension_names(op)`: tree_verify's bs, Q, H,
+      page_size...; tree_build's budget, with_full_mask...), a container of the values taken: `range(1, 129)`,
+      `{64}`, `{False}`.
     - `trees`: tree_verify only: "any" tree mask, or "chains" (every request a chain of the same length Q,
       so query i sees the prefix and tree rows 0..i: what a causal decode kernel computes).
     - `deterministic`, `batch_invariant`: the implementation promises bit-identical reruns, and a request's

@@ -12,6 +12,10 @@ import inspect
 
 from adapters import ENTRY_POINT_GROUP, Implementation
 
+# Names of the implementations this project ships as adapters but not as entry points (the GPU runner does not
+# install the project): name -> module:attribute.
+SHIPPED = {"torch-ops": "kdtree_torch.adapter:IMPLEMENTATION"}
+
 
 class NotFound(ValueError):
     """The name is neither an importable module:attribute nor an installed entry point."""
@@ -25,13 +29,13 @@ def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
 
 def looks_external(name: str) -> bool:
     """A name that is not a built-in's: module:attribute, or an entry point name."""
-    return (":" in name and not name.startswith("cuda:")) or name in entry_points()
+    return (":" in name and not name.startswith("cuda:")) or name in SHIPPED or name in entry_points()
 
 
 @functools.cache
 def load(name: str) -> Implementation:
     """The Implementation a name refers to; NotFound naming what failed."""
-    target = name
+    target = SHIPPED.get(name, name)
     eps = entry_points()
     if name in eps:
         target = eps[name].value

@@ -200,7 +200,7 @@ def expand(selected: list[str] | None) -> list[str]:
                 raise ValueError(f"--impl: {e}") from None
         unknown.append(n)
     if unknown:
-        installed = sorted(external.entry_points())
+        installed = sorted({*external.SHIPPED, *external.entry_points()})
         raise ValueError(
             f"--impl: unknown implementation {', '.join(unknown)} (have: {', '.join(names() + installed)}, cuda, "
             "or module:attribute of an adapters.Implementation)"
@@ -246,7 +246,7 @@ def report_columns(name: str) -> tuple[str, str]:
             ext = external.load(name)
         except external.NotFound:
             return name, "-"
-        return (name if name in external.entry_points() else ext.name), ext.version
+        return (name if name in external.entry_points() or name in external.SHIPPED else ext.name), ext.version
     return name, "-"
 
 

@@ -111,7 +111,11 @@ def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None,
     )
     roots = rng.integers(0, vocab + 1, bs).astype(np.int32)
     prefix = rng.choice([0, 1, 5, 63, 64, 65, max_prefix], bs).astype(np.int32)
-    return topk_case(lp, ids, roots, B, prefix, with_full_mask=draw(st.booleans(), label="with_full_mask"))
+    if claims.declared("tree_build") is None:
+        full = draw(st.booleans(), label="with_full_mask")
+    else:  # inside the declaration (the operators make no FULL_MASK: kdtree_torch)
+        full = draw(st.sampled_from(claims.fit("tree_build", "with_full_mask", [False, True])), label="with_full_mask")
+    return topk_case(lp, ids, roots, B, prefix, with_full_mask=full)
 
 
 def topk_case(top_logp, top_ids, root_tokens, budget, prefix_lens=None, **kw) -> Case:

@@ -7,6 +7,7 @@ torch is imported on first use."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -90,12 +91,19 @@ def staged(fn, op: str):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         named = contract.OPS[op].bind(*args, **kwargs)
-        check_fits({k: v for k, v in named.items() if type(v) is np.ndarray})
-        dev = {k: to_device(v) if type(v) is np.ndarray else v for k, v in named.items()}
+        # an array written in place that is read-only or not C-contiguous is refused by the contract whatever the
+        # implementation, and a device copy would be neither: it reaches the function as it is
+        kept = {k for k in in_place if type(named.get(k)) is np.ndarray and not
+                (named[k].flags.writeable and named[k].flags.c_contiguous)}  # fmt: skip
+        staged = {k: v for k, v in named.items() if type(v) is np.ndarray and k not in kept}
+        check_fits(staged)
+        dev = {k: to_device(v) if k in staged else v for k, v in named.items()}
         result = fn(**dev)
         for k in in_place:
-            if type(named.get(k)) is np.ndarray:
+            if k in staged:
                 named[k][...] = to_host(dev[k])
+        if dataclasses.is_dataclass(result):  # TopK, Tree, Accept (Verified is a tuple)
+            return type(result)(**{f: to_host(getattr(result, f)) for f in result.FIELDS})
         return type(result)(*(to_host(x) for x in result))
 
     return call

@@ -7,6 +7,9 @@ arrays of the same library on the same device out.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import numpy as np
 
 from contract import BF16, ArrayInfo, InputError
@@ -104,9 +107,10 @@ class ErrorFlag:
         return self.ptr
 
     def clear(self, st: Staging) -> None:
-        """Enqueue the zeroing of the call's own word on `st`'s stream, ahead of its checks (a shared word is left)."""
+        """Enqueue the zeroing of the call's own word on the launch stream, ahead of its checks (a shared word is
+        left)."""
         if self.shared is None:
-            check(driver().cuMemsetD32Async(self.ptr, 0, 1, st.g.stream.handle))
+            check(driver().cuMemsetD32Async(self.ptr, 0, 1, launch_stream(st).handle))
 
 
 def device_vector(arg: str, x, n: int | None = None) -> DeviceArray:
@@ -323,10 +327,41 @@ def driver():
 check = runtime.driver_result  # a driver call's result: RuntimeError naming its error
 
 
+# A prepared call launched on another stream over other arrays of its shapes (kdtree_torch: torch's current stream and
+# each call's tensors): (stream, {address the call was prepared with: this launch's}), else None.
+_ELSEWHERE: contextvars.ContextVar = contextvars.ContextVar("kdtree_launch_elsewhere", default=None)
+
+
+@contextlib.contextmanager
+def launching(stream, moved: dict[int, int]):
+    """The launches enqueued inside (launch_kernel, ErrorFlag.clear, a wrapper's memsets through launch_stream) go to
+    `stream` (a cuda.core Stream), each device-address argument found in `moved` replaced by its value there. A
+    prepared call's addresses are its kernels' pointer arguments alone (Python ints; scalars are numpy), so a call
+    prepared on some arrays launches on others of the same shapes, dtypes and aliasing."""
+    token = _ELSEWHERE.set((stream, moved))
+    try:
+        yield
+    finally:
+        _ELSEWHERE.reset(token)
+
+
+def launch_stream(st: Staging):
+    """The stream a prepared call's work goes to: `st`'s (kernels_cu's own), or the one `launching` names."""
+    elsewhere = _ELSEWHERE.get()
+    return st.g.stream if elsewhere is None else elsewhere[0]
+
+
 def launch_kernel(spec, grid, shmem, *args, entry: str | None = None, block: int | None = None):
-    """Launch one of the spec's entries (default: its main entry, with the spec's block size)."""
+    """Launch one of the spec's entries (default: its main entry, with the spec's block size) on kernels_cu's stream,
+    or where `launching` says."""
     from cuda.core import LaunchConfig, launch
 
     kernel = runtime.load(spec, shmem, entry)
     config = LaunchConfig(grid=grid, block=block or spec.block, shmem_size=shmem)
-    launch(runtime.gpu().stream, config, kernel, *args)
+    elsewhere = _ELSEWHERE.get()
+    if elsewhere is None:
+        stream = runtime.gpu().stream
+    else:
+        stream, moved = elsewhere
+        args = tuple(moved.get(a, a) if type(a) is int else a for a in args)
+    launch(stream, config, kernel, *args)

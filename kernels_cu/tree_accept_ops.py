@@ -23,6 +23,7 @@ from .arrays import (
     driver,
     host_copies,
     launch_kernel,
+    launch_stream,
     run,
     split_args,
 )
@@ -123,7 +124,7 @@ def _setup(
         if flag is not None:
             flag.clear(st)
             if words:
-                check(driver().cuMemsetD32Async(seen, 0, words, st.g.stream.handle))
+                check(driver().cuMemsetD32Async(seen, 0, words, launch_stream(st).handle))
             launch_kernel(spec, bs, smem, *check_args, entry="tree_accept_check_kernel")
         launch_kernel(spec, bs, smem, *args)
 

@@ -1,7 +1,8 @@
 """The layers point one way: the contract at the bottom imports no other project package; the references
 import the contract (and their own numeric helpers), never each other, the kernels or the harness; the
 kernels and the adapters of external implementations import the contract only, never the references or the
-harness. Checked on the source's imports."""
+harness; the PyTorch operators (kdtree_torch) import the kernels, the contract and the adapter protocol. Checked
+on the source's imports."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROJECT = {"contract", "reference", "kernels_cu", "harness", "kdtr", "engine", "tools", "perf", "conformance", "meta"}
-PROJECT |= {"adapters", "lab"}
+PROJECT |= {"adapters", "lab", "kdtree_torch"}
 OPS = ("tree_build", "tree_verify", "tree_accept", "draft_topk")
 
 # package -> project packages it may import
@@ -22,6 +23,8 @@ ALLOWED = {
     "kernels_cu": {"contract", "kernels_cu"},
     "kdtr": {"kdtr"},
     "adapters": {"contract", "adapters"},  # external implementations sit beside the kernels: contract only
+    # the kernels as PyTorch operators and their adapter: above the kernels, below the harness
+    "kdtree_torch": {"contract", "kernels_cu", "adapters", "kdtree_torch"},
 }
 
 
