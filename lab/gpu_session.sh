@@ -69,7 +69,7 @@ esac; done
 for s in $STAGES; do case $s in  # then the correctness stages side by side
   step) step_checks & ;;
   verify) verify_checks & ;;
-  torch_ops) SKIP_BENCH=1 stage torch_ops 280 tools/torch_ops_gpu_check.sh "$OUT/logs/torch_ops" & ;;
+  torch_ops) stage torch_ops 280 env SKIP_BENCH=1 tools/torch_ops_gpu_check.sh "$OUT/logs/torch_ops" & ;;
 esac; done
 wait
 for s in $STAGES; do case $s in  # the PyTorch operators' benchmark last, with the GPU alone
