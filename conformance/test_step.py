@@ -137,6 +137,19 @@ class World:
         self.assert_state(ctx)
         return want
 
+    def refuse(self, step, change, message, ctx) -> None:
+        """A round whose inputs carry `change` (a value the op refuses): check() raises the op's named error, and the
+        step advanced nothing (the caller's own change to prefix_lens or root_tokens is undone here)."""
+        saved = {k: self.dev[k].clone() for k in ("prefix_lens", "root_tokens")}
+        inp = self.inputs(BF16, "normal")
+        change(self, inp)
+        step.round(**self.up_all(inp))
+        with pytest.raises(InputError, match=message):
+            step.check()
+        for k in saved:
+            self.dev[k].copy_(saved[k])
+        self.assert_state(ctx)
+
     def assert_state(self, ctx):
         """The device's cache, prefix lengths and root tokens equal the host's, bit for bit."""
         assert_bit_exact(self.down(self.dev["kv_cache"]), self.kv, what="kv_cache", spec_id="ST.2.1", context=ctx)
@@ -220,15 +233,7 @@ def test_a_refused_round_stops_the_step(impl, op):
             inp = w.inputs(BF16, "normal")
             step.round(**w.up_all(inp))
             w.check_round(step, inp, r)
-        saved = {k: w.dev[k].clone() for k in ("prefix_lens", "root_tokens")}
-        inp = w.inputs(BF16, "normal")
-        change(w, inp)
-        step.round(**w.up_all(inp))
-        with pytest.raises(InputError, match=message):
-            step.check()
-        for k in saved:  # the caller's own change stays; the step advanced nothing
-            w.dev[k].copy_(saved[k])
-        w.assert_state("(the refused round 2)")
+        w.refuse(step, change, message, "(the refused round 2)")
         step.round(**w.up_all(w.inputs(BF16, "normal")))  # a good round 3
         with pytest.raises(InputError, match=message):
             step.check()
@@ -278,15 +283,7 @@ def test_a_refused_round_leaves_the_step_and_the_device_usable(impl, case):
         w = World("torch", BF16, [3, 30, 200], seed=zlib.crc32(f"{case}{sorted(variants.items())}".encode()), V=300)
         with w.step(variants, "bfloat16") as step:
             for r in range(2):  # round 0 refused before any good round, round 1 good, round 2 refused, round 3 good
-                saved = {k: w.dev[k].clone() for k in ("prefix_lens", "root_tokens")}
-                inp = w.inputs(BF16, "normal")
-                change(w, inp)
-                step.round(**w.up_all(inp))
-                with pytest.raises(InputError, match=message):
-                    step.check()
-                for k in saved:
-                    w.dev[k].copy_(saved[k])
-                w.assert_state(f"(refused round {2 * r}, variants {variants})")
+                w.refuse(step, change, message, f"(refused round {2 * r}, variants {variants})")
                 step.reset()
                 inp = w.inputs(BF16, "normal")
                 step.round(**w.up_all(inp))

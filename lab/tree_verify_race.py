@@ -68,19 +68,12 @@ def time_ours(spec, case, plan, policy):
 def time_peer(name, case, flush, policy):
     import torch
 
-    from harness import timing
     from harness.bench import Unavailable, peers
 
     try:
-        fn = peers.prepare(name, case)
-        out, lse = fn()
-        chk = peers.check(case, out, lse)
-        del out, lse
-        if not chk["ok"]:
-            return {"error": f"wrong against the float64 oracle: {chk}"}
-        t = timing.torch_times_us(fn, flush_bytes=flush, policy=policy, hide_launch=True)
-    except Unavailable as e:
-        return {"error": str(e)}
+        t, _chk = peers.time_checked(name, case, flush_bytes=flush, policy=policy)
+    except (Unavailable, peers.WrongResult) as e:
+        return {"error": str(e.args[0])}
     except Exception as e:  # a peer failing on a shape is recorded, the run goes on
         return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
     finally:

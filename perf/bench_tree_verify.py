@@ -93,13 +93,9 @@ def _torch_cuda():
 def _peer_comparator(torch, name, case, policy, flush_bytes):
     """Time one peer (harness/bench/peers.py) after checking its output against the float64 oracle here."""
     try:
-        fn = peers.prepare(name, case)
-        out, lse = fn()
-        chk = peers.check(case, out, lse)
-        del out, lse
-        if not chk["ok"]:
-            return record.comparator(error=f"wrong result against the float64 oracle: {chk}", check=chk)
-        samples = timing.torch_times_us(fn, flush_bytes=flush_bytes, policy=policy, hide_launch=True)
+        samples, chk = peers.time_checked(name, case, flush_bytes=flush_bytes, policy=policy)
+    except peers.WrongResult as e:
+        return record.comparator(error=e.args[0], check=e.args[1])
     except Unavailable as e:
         return record.comparator(error=str(e))
     except torch.OutOfMemoryError as e:

@@ -117,3 +117,22 @@ def check(case, out, lse, *, requests=None, queries: int = 2) -> dict:
         ok &= finite and float(cos) <= cos_tol and float(lerr) <= lse_tol["atol"] and float(oerr) <= out_tol["atol"]
     return {"ok": bool(ok), **worst, "rows": f"requests {reqs}, queries {qs}, float64 oracle on the device",
             "clauses": "TV.2.7 cosine, TV.2.9 lse, TV.2.2 out"}  # fmt: skip
+
+
+def time_checked(name: str, case, *, flush_bytes: int, policy) -> tuple[list[float], dict]:
+    """Comparator `name` on `case`, checked against the float64 oracle (check) and then timed as the perf suite
+    times the peers (torch events, a flush of flush_bytes before each call, the host launch hidden): (samples in
+    µs, the check). Unavailable naming why it cannot run; WrongResult when it computes something else."""
+    from harness import timing
+
+    fn = prepare(name, case)
+    out, lse = fn()
+    chk = check(case, out, lse)
+    del out, lse
+    if not chk["ok"]:
+        raise WrongResult(f"wrong result against the float64 oracle: {chk}", chk)
+    return timing.torch_times_us(fn, flush_bytes=flush_bytes, policy=policy, hide_launch=True), chk
+
+
+class WrongResult(Exception):
+    """A comparator whose output is off the float64 oracle at the timed shape (args: message, the check)."""
