@@ -249,9 +249,9 @@ class _Call:
             raise
         lens, table = plan.get("lens", ins["prefix_lens"]), plan.get("table", ins["block_table"])
         attention, combine = _ENTRIES[self.name]
-        args = (ins["q"], kv, table, lens, ins["visibility"], np.float32(self.softmax_scale), np.int32(self.Q),
-                np.int32(self.H), np.int32(d["page_size"]), np.int32(d["max_pages"]), plan["chunk"], plan["first"],
-                out[1], lse[1], part_o, part_lse)  # fmt: skip
+        args: tuple = (ins["q"], kv, table, lens, ins["visibility"], np.float32(self.softmax_scale), np.int32(self.Q),
+                       np.int32(self.H), np.int32(d["page_size"]), np.int32(d["max_pages"]), plan["chunk"],
+                       plan["first"], out[1], lse[1], part_o, part_lse)  # fmt: skip
         if self.name == SM90A:  # its unit table (0: none, the grid's coordinates say which CTA does what)
             args = (*args, plan.get("units", 0))
         grid = (units, 1, 1) if units else (self.geo["row_tiles"], most, self.bs)
