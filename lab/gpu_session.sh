@@ -72,8 +72,9 @@ for s in $STAGES; do case $s in  # then the correctness stages side by side
   torch_ops) stage torch_ops 280 env SKIP_BENCH=1 tools/torch_ops_gpu_check.sh "$OUT/logs/torch_ops" & ;;
 esac; done
 wait
-for s in $STAGES; do case $s in  # the PyTorch operators' benchmark last, with the GPU alone
+for s in $STAGES; do case $s in  # the PyTorch operators' benchmark last, with the GPU alone (TORCH_BENCH=0: none)
   torch_ops) sed 's/^/  torch_ops: /' "$OUT/logs/torch_ops/summary.txt" | tee -a "$OUT/summary.txt"
+    [ "${TORCH_BENCH:-1}" = 0 ] && continue
     stage torch_bench 150 "$PY" -m pytest perf/bench_torch_ops.py --require-gpu -p no:xdist -q -s \
       -p no:cacheprovider --benchmark-json="$OUT/torch_ops_bench.json" --benchmark-columns=median,rounds
     grep -h '^\[torch-ops ' "$OUT/logs/torch_bench.log" | tee -a "$OUT/summary.txt" ;;
