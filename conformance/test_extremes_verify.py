@@ -34,7 +34,7 @@ from contract.paged import cache_rows
 from contract.trees import unpack_visibility
 from harness import spec as clauses
 from harness import strategies as hh
-from harness import tools
+from harness import tools, tree_results
 from harness.cases import function, run
 from harness.compare import assert_bit_exact, assert_close, assert_cosine
 from harness.verdict import clause, expect
@@ -70,14 +70,7 @@ def shaped(dtype, trees, prefix, page_size, H, *, seed, q_scale=1.0):
 def check(case, got, o64, l64, *, oc, lc, what=""):
     """out and lse against the float64 oracle with the given clauses, and each request's cosine (TV.2.7)."""
     q = case.q
-    expect(
-        got.out.dtype == q.dtype and got.out.shape == q.shape[:3] + (limits.LATENT,),
-        oc,
-        f"out {got.out.dtype}{list(got.out.shape)}",
-    )
-    expect(
-        got.lse.dtype == np.float32 and got.lse.shape == q.shape[:3], lc, f"lse {got.lse.dtype}{list(got.lse.shape)}"
-    )
+    tree_results.check_verified_shapes(q, got, oc, lc)
     assert_close(got.out.astype(np.float64), o64, what=f"out{what}", spec_id=oc, **tol(oc))
     assert_close(got.lse.astype(np.float64), l64, what=f"lse{what}", spec_id=lc, **tol(lc))
     for b in range(q.shape[0]):

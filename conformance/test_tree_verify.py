@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from contract import InputError, limits
 from contract.paged import cache_rows
 from contract.trees import unpack_visibility
-from harness import profiles
+from harness import profiles, tree_results
 from harness import spec as clauses
 from harness import strategies as hh
 from harness.cases import run
@@ -203,25 +203,10 @@ def lse_clause(dtype):
     return "TV.2.3" if np.dtype(dtype) == np.float32 else "TV.2.9"
 
 
-def check_shapes(case, got, out_clause, lse_clause):
-    """out [bs, Q, H, 512] in q's dtype (the out clause's), lse float32 [bs, Q, H] (the lse clause's)."""
-    q = case.q
-    expect(
-        got.out.dtype == q.dtype and got.out.shape == q.shape[:3] + (limits.LATENT,),
-        out_clause,
-        f"out {got.out.dtype}{list(got.out.shape)}, expected {q.dtype}{[*q.shape[:3], limits.LATENT]}",
-    )
-    expect(
-        got.lse.dtype == np.float32 and got.lse.shape == q.shape[:3],
-        lse_clause,
-        f"lse {got.lse.dtype}{list(got.lse.shape)}, expected float32{list(q.shape[:3])}",
-    )
-
-
 def check_against_oracle(case, got, out_clause, lse_clause):
     o64, l64 = oracle(case)
     q = case.q
-    check_shapes(case, got, out_clause, lse_clause)
+    tree_results.check_verified_shapes(case.q, got, out_clause, lse_clause)
     assert_close(got.out.astype(np.float64), o64, what="out", spec_id=out_clause, **tol(out_clause))
     assert_close(got.lse.astype(np.float64), l64, what="lse", spec_id=lse_clause, **tol(lse_clause))
     for b in range(q.shape[0]):
@@ -461,7 +446,7 @@ def check_case(case, got, what=""):
     dtype = case.q.dtype
     o64, l64 = cached_oracle(case)
     oc, lc = ("TV.2.1" if dtype == np.float32 else "TV.2.2"), lse_clause(dtype)
-    check_shapes(case, got, oc, lc)
+    tree_results.check_verified_shapes(case.q, got, oc, lc)
     assert_close(got.out.astype(np.float64), o64, what=f"out{what}", spec_id=oc, **tol(oc))
     assert_close(got.lse.astype(np.float64), l64, what=f"lse{what}", spec_id=lc, **tol(lc))
     for b in range(case.q.shape[0]):

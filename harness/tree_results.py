@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract import Tree
+from contract import Tree, limits
 from reference import oracles
 from reference.tree_build import layouts
 
@@ -16,7 +16,7 @@ from . import verdict
 from .compare import assert_bit_exact
 
 # The clauses check_tree may fail: a test using it carries all of them.
-CLAUSES = (
+CLAUSES: tuple[str, ...] = (
     "TB.2.1",
     "TB.2.2",
     "TB.2.3",
@@ -166,3 +166,14 @@ def check_commit(after, before, block_table, prefix_lens, accept_path, accept_le
     ctx = dict(context or {})
     assert_bit_exact(after[written], want[written], what="kv_cache (rows written)", spec_id="TA.3.1", context=ctx)
     assert_bit_exact(after[~written], want[~written], what="kv_cache (other rows)", spec_id="TA.3.2", context=ctx)
+
+
+# ------------------------------------------------------------------------------------------- tree_verify
+def check_verified_shapes(q: np.ndarray, got, out_clause: str, lse_clause: str) -> None:
+    """tree_verify's result: out [bs, Q, H, 512] in q's dtype (the out clause's failure when not), lse float32
+    [bs, Q, H] (the lse clause's)."""
+    want_out = [*q.shape[:3], limits.LATENT]
+    verdict.expect(got.out.dtype == q.dtype and list(got.out.shape) == want_out, out_clause,
+                   f"out {got.out.dtype}{list(got.out.shape)}, expected {q.dtype}{want_out}")  # fmt: skip
+    verdict.expect(got.lse.dtype == np.float32 and got.lse.shape == q.shape[:3], lse_clause,
+                   f"lse {got.lse.dtype}{list(got.lse.shape)}, expected float32{list(q.shape[:3])}")  # fmt: skip

@@ -11,6 +11,8 @@ import numpy as np
 
 from contract.op import OpContract
 
+from .. import topk, tree_results
+
 # Every dtype an array could arrive in (a KDTR file can carry each): each one an argument does not take is
 # refused by name.
 CANDIDATE_DTYPES = tuple(
@@ -38,23 +40,10 @@ ENGINE_FILE_LIMIT = 256 << 20
 # when it is refused or crashes): each result check names its own (harness/verdict.py), and a case answers only
 # for the clauses it checked (a float32 case says nothing of the bf16 clauses).
 RESULT_CLAUSES = {
-    "tree_build": (
-        "TB.2.1",
-        "TB.2.2",
-        "TB.2.3",
-        "TB.2.4",
-        "TB.2.5",
-        "TB.2.6",
-        "TB.2.7",
-        "TB.2.8",
-        "TB.3.1",
-        "TB.3.2",
-        "TB.3.3",
-        "TB.3.4",
-    ),
+    "tree_build": tree_results.CLAUSES,
     "tree_verify": ("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.7", "TV.2.9"),
     "tree_accept": ("TA.2.1", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3"),
-    "draft_topk": ("DT.2.1", "DT.2.2", "DT.2.3", "DT.2.4", "DT.3.1", "DT.3.2"),
+    "draft_topk": topk.ORACLE_CLAUSES,
 }
 # The clause of the generic checks (types, dtypes, shapes, ranges) of each op.
 SHAPE_CLAUSE = {"tree_build": "TB.1.1", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1", "draft_topk": "DT.1.1"}

@@ -129,27 +129,12 @@ def tree_build(bugs: Bugs):
 # ------------------------------------------------------------------------------------------- tree_accept
 def tree_accept(bugs: Bugs):
     @TREE_ACCEPT.implements
-    def tree_accept(
-        tokens,
-        first_child,
-        next_sibling,
-        target_tokens,
-        *,
-        max_depth,
-        kv_cache=None,
-        block_table=None,
-        prefix_lens=None,
-    ):
+    def tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth, kv_cache=None, block_table=None,
+                    prefix_lens=None):  # fmt: skip
         """The greedy walk (first matching child in list order), then the commit, j increasing."""
+        commit = {"kv_cache": kv_cache, "block_table": block_table, "prefix_lens": prefix_lens}
         checked = TREE_ACCEPT.validate_host(
-            tokens,
-            first_child,
-            next_sibling,
-            target_tokens,
-            max_depth=max_depth,
-            kv_cache=kv_cache,
-            block_table=block_table,
-            prefix_lens=prefix_lens,
+            tokens, first_child, next_sibling, target_tokens, max_depth=max_depth, **commit
         )
         L = checked.args["max_depth"]
         bs = tokens.shape[0]
