@@ -240,7 +240,9 @@ def test_example_package_right_certified_wrong_fails_by_clause(tmp_path):
     assert {"TV.2.2", "TV.2.9"} <= set(right["not claimed"])  # declared float32 only
     assert "TV.2.3" in wrong["fail"], "a base-2 lse must fail the natural-log clause"
     assert "TA.2.2" in wrong["fail"], "walking siblings last-to-first must fail 'first matching sibling wins'"
-    assert "TB.2.2" in wrong["fail"], "ranking tied candidates by token id must fail the pop order"
+    # ties re-ranked by token id: the tree's shape and scores are the same, but a node's token is no longer the
+    # drafter's id at the node's rank
+    assert "TB.2.6" in wrong["fail"], "ranking tied candidates by token id must fail 'tokens[i] = top_ids[d][r]'"
     assert "DT.2.1" in wrong["fail"], "tied logits to the higher token id must fail the draft_topk order"
     assert {"DT.2.1", "DT.2.4", "DT.3.2"} <= set(right["pass"])
     assert {"TV.1.1", "TB.1.1", "TA.1.1", "DT.1.1"} <= set(wrong["pass"])  # its bad-input refusals are intact
@@ -452,3 +454,30 @@ def test_peers_plot_drawn_for_chains(tmp_path):
     assert plots.tree_verify_peers([case], tmp_path, plt) == {"tree_verify_peers": "tree_verify_peers.png"}
     assert (tmp_path / "tree_verify_peers.png").stat().st_size > 0
     assert plots.tree_verify_peers([{**case, "shape": {**case["shape"], "sweep": "grid"}}], tmp_path, plt) == {}
+
+
+# --- what a run reaches (harness/selection.py) ------------------------------------------------------------
+def _collected(*args) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "examples" / "kdtree_outsider"),
+                                                                      os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    cmd = [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q", "-p", "no:cacheprovider",
+           "-p", "no:xdist", *args]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [ln for ln in proc.stdout.splitlines() if "::" in ln]
+
+
+def test_an_external_implementation_reaches_only_its_ops_tests():
+    """A tree_build-only implementation: only tests parametrized by it, of tree_build's clauses (the harness's own
+    suites and the other ops' tests are deselected); --op narrows a run of several ops to one."""
+    from harness import selection
+
+    items = _collected("--impl", "kdtree_outsider:TB_DEEP_TIES")
+    assert items and all("[impl=kdtree_outsider:TB_DEEP_TIES" in i for i in items), items[:5]
+    files = {i.split("::")[0] for i in items}
+    assert "conformance/test_kdtr.py" not in files and "conformance/test_kernels_build.py" not in files
+    assert {"conformance/test_tree_build.py", "conformance/test_boundaries.py"} <= files
+    assert not any("tree_verify" in i or "draft_topk" in i or "tree_accept" in i for i in items)
+    right = _collected("--impl", "kdtree_outsider:RIGHT", "--op", "tree_accept")
+    assert right and all("tree_build" not in i and "draft_topk" not in i and "tree_verify" not in i for i in right)
+    assert selection.ops_of(["TB.2.1", "KDTR.1.1", "DT.4.1"]) == {"tree_build", "draft_topk"}
