@@ -380,7 +380,7 @@ def accept_case(name) -> tuple[Case, Accept, np.ndarray]:
     return case, want, committed.kv_cache
 
 
-@pytest.mark.spec("TA.2.1", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3")
+@pytest.mark.spec("TA.2.1", "TA.2.2", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3")
 @pytest.mark.parametrize("name", [_param(n, s) for n, (_, s) in ACCEPT.items()])
 def test_tree_accept_extremes(impl, name):
     case, want, _ = accept_case(name)
@@ -388,6 +388,9 @@ def test_tree_accept_extremes(impl, name):
     mine = case.copy()  # the commit writes in place
     got = run(impl, mine)
     ctx = {"case": name}
+    for b in range(case.tokens.shape[0]):  # a wrong step fails the walk's clause it breaks, before the fields
+        want_path = [int(x) for x in want.accept_path[b, : int(want.accept_len[b]) + 1]]
+        tree_results.check_walk(got, b, want_path, case.parents[b], case.tokens[b], case.target_tokens[b])
     for f in Accept.FIELDS[:4]:  # accept_len first: a walk of the wrong length fails TA.2.1, not all after it
         assert_bit_exact(
             np.asarray(getattr(got, f)),

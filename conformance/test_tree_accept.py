@@ -225,28 +225,11 @@ def test_walk_equals_parent_walk_oracle(impl, case):
         want_emit[:k] = tok[b, path[1:]]
         want_emit[k] = bonus
         ctx = {"request": b}
-        _same_walk(got, b, path, par[b], tok[b], tgt[b])
+        tree_results.check_walk(got, b, path, par[b], tok[b], tgt[b])
         expect(int(got.accept_len[b]) == k, "TA.2.1", f"request {b}: accept_len {int(got.accept_len[b])}, oracle {k}")
         assert_bit_exact(got.accept_path[b], want_path, what="accept_path", spec_id="TA.2.3", context=ctx)
         assert_bit_exact(got.emitted[b], want_emit, what="emitted", spec_id="TA.2.3", context=ctx)
         expect(int(got.bonus[b]) == bonus, "TA.2.3", f"request {b}: bonus {int(got.bonus[b])}, oracle {bonus}")
-
-
-def _same_walk(got, b, want, par, tok, tgt) -> None:
-    """The walk step by step: the first step where it leaves the oracle's path fails TA.2.2 when it took a
-    later matching sibling, TA.2.1 otherwise (a non-matching node, or a stop while a child matched)."""
-    n = int(got.accept_len[b])
-    path = np.asarray(got.accept_path[b])
-    for j in range(1, max(len(want), n + 1)):
-        o = int(want[j]) if j < len(want) else -1
-        g = int(path[j]) if j <= n and j < len(path) else -1
-        if g == o:
-            continue
-        u = int(want[j - 1])
-        later = 0 <= g < len(par) and par[g] == u and tok[g] == tgt[u]
-        where = f"request {b} step {j} from node {u}: went to {g}, the walk goes to {o}"
-        expect(not later, "TA.2.2", f"{where} (a later sibling with the same token)")
-        expect(False, "TA.2.1", where)
 
 
 @pytest.mark.spec("TA.2.2", "TA.2.1")
@@ -259,7 +242,7 @@ def test_first_matching_sibling_wins(impl):
     tgt = np.array([[4, 8, 8, 0, 0, 0]], np.int32)
     got = run(impl, hh.accept_case(par, np.array([6], np.int32), tok, fc[None], ns[None], tgt, 2))
     expect(int(got.accept_path[0, 1]) == 1, "TA.2.2", f"the walk's first step went to {int(got.accept_path[0, 1])}")
-    _same_walk(got, 0, [0, 1, 4], par[0], tok[0], tgt[0])
+    tree_results.check_walk(got, 0, [0, 1, 4], par[0], tok[0], tgt[0])
     expect(int(got.accept_len[0]) == 2, "TA.2.1", f"accept_len {int(got.accept_len[0])}, expected 2")
 
 

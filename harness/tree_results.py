@@ -149,6 +149,25 @@ ACCEPT_FIELD_CLAUSE = {
 }
 
 
+def check_walk(got, b: int, want, parents, tokens, target) -> None:
+    """Request b's walk step by step against the path `want` (root first): the first step where it leaves it
+    fails TA.2.2 when it took a later sibling with the target token, TA.2.1 otherwise (a node that does not
+    match, or a stop while a child matched). `parents`, `tokens`, `target`: the request's rows."""
+    n = int(got.accept_len[b])
+    path = np.asarray(got.accept_path[b])
+    for j in range(1, max(len(want), n + 1)):
+        o = int(want[j]) if j < len(want) else -1
+        g = int(path[j]) if j <= n and j < len(path) else -1
+        if g == o:
+            continue
+        u = int(want[j - 1])
+        later = 0 <= g < len(parents) and parents[g] == u and tokens[g] == target[u]
+        where = f"request {b} step {j} from node {u}: went to {g}, the walk goes to {o}"
+        verdict.expect(not later, "TA.2.2", f"{where} (a later sibling with the same token)")
+        verdict.expect(False, "TA.2.1", where)
+    verdict.passed("TA.2.1")
+
+
 def check_commit(after, before, block_table, prefix_lens, accept_path, accept_len, context=None) -> None:
     """The commit of the implementation's own walk: rows prefix + j <- prefix + path[j] for j = 1..accept_len,
     sequentially in increasing j (TA.3.1), every other row of the cache untouched (TA.3.2). Against the

@@ -42,7 +42,7 @@ ENGINE_FILE_LIMIT = 256 << 20
 RESULT_CLAUSES = {
     "tree_build": tree_results.CLAUSES,
     "tree_verify": ("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.7", "TV.2.9"),
-    "tree_accept": ("TA.2.1", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3"),
+    "tree_accept": ("TA.2.1", "TA.2.2", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3"),
     "draft_topk": topk.ORACLE_CLAUSES,
 }
 # The clause of the generic checks (types, dtypes, shapes, ranges) of each op.

@@ -185,6 +185,10 @@ def _expect_accept(case: Boundary, a: dict, got, committed) -> None:
             u, k = kids[0], k + 1
             path[b, k], emitted[b, k - 1] = u, tok[b, u]
         n_acc[b], emitted[b, k] = k, tgt[b, u]
+    from harness import tree_results
+
+    for b in range(bs):  # a wrong step fails the walk's clause it breaks, before the fields
+        tree_results.check_walk(got, b, path[b, : n_acc[b] + 1].tolist(), par[b], tok[b], tgt[b])
     assert_bit_exact(got.accept_len, n_acc, what="accept_len", spec_id="TA.2.1")
     assert_bit_exact(got.accept_path, path, what="accept_path", spec_id="TA.2.3")
     assert_bit_exact(got.emitted, emitted, what="emitted", spec_id="TA.2.3")
@@ -196,8 +200,6 @@ def _expect_accept(case: Boundary, a: dict, got, committed) -> None:
     )
     if pre is None:
         return
-    from harness import tree_results
-
     tree_results.check_commit(committed, a["kv_cache"], a["block_table"], pre, np.asarray(got.accept_path), n_got)
 
 

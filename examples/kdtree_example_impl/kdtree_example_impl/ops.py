@@ -62,10 +62,15 @@ def tree_accept_pushed_front(
                 ns[b, child] = fc[b, parent]
                 fc[b, parent] = child
                 child = int(next_sibling[b, child])
-    return _ref_accept.tree_accept(
-        tokens, fc, ns, target_tokens, max_depth=max_depth, kv_cache=kv_cache, block_table=block_table,
-        prefix_lens=prefix_lens,
-    )  # fmt: skip
+    # the reference's walk and commit on the rebuilt lists (its checks ran on the given ones above: backward
+    # sibling links are this bug's own, not the caller's bad input)
+    acc = _ref_accept.walk(tokens, fc, ns, target_tokens, max_depth)
+    if kv_cache is not None:
+        _ref_accept.commit(kv_cache, block_table, prefix_lens, acc)
+        acc.new_lens = (prefix_lens + 1 + acc.accept_len).astype(np.int32)
+    else:
+        acc.new_lens = (1 + acc.accept_len).astype(np.int32)
+    return acc
 
 
 # ------------------------------------------------------------------------------------------- draft_topk
