@@ -84,6 +84,7 @@ def reset() -> None:
 
 
 def is_checked_only() -> bool:
+    """Whether the running test asked to answer only for the clauses it checked (checked_only())."""
     return _CHECKED_ONLY[0]
 
 
