@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-from harness import device, env_names, gpu_health, impls, profiles, spec
+from harness import claims, device, env_names, gpu_health, impls, profiles, selection, spec
 from harness.bench import ceilings, stages
 
 pytest_plugins = ["harness.reporting"]
@@ -32,6 +32,7 @@ def pytest_addoption(parser):
         "installed entry point's name (docs/ADAPTERS.md) (default: the built-ins; those that cannot run here "
         "skip with the reason)",
     )
+    selection.add_options(parser)
     parser.addoption(
         "--require-gpu",
         action="store_true",
@@ -132,6 +133,7 @@ def _select_perf(config, items):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     _select_perf(config, items)
+    selection.select(config, items)
     registry = spec.registry()
     errors = []
     for item in items:
@@ -162,6 +164,9 @@ def _on_gpu(item) -> bool:
 
 
 def pytest_runtest_setup(item):
+    why = selection.not_claimed_here(item)
+    if why:
+        claims.not_claimed(why)
     on_gpu = _on_gpu(item)
     if on_gpu:
         p = device.probe()

@@ -99,6 +99,8 @@ class Capabilities:
     def check(self, op: str) -> None:
         """ValueError naming what is wrong with this declaration for `op`."""
         allowed = input_dtypes(op)
+        if self.dtypes is not None and not self.dtypes:
+            raise ValueError(f"{op}: dtypes=() takes nothing; None takes every dtype the contract allows")
         for d in self.dtypes or ():
             if d not in allowed:
                 raise ValueError(f"{op}: dtype {d!r} is not one the contract allows ({', '.join(allowed)})")

@@ -1,7 +1,9 @@
-"""tree_verify's inputs as torch CUDA tensors, checked by the contract before any GPU work: q and kv_cache
-by shape and dtype alone (contract.ArrayInfo, no copy), the block table, lengths and visibility from host
-copies (small). Anything that is not a torch CUDA tensor goes to the contract as it is, so a masked array or
-a foreign CUDA array gets the contract's own message. Shared by the peer adapters; imports torch lazily."""
+"""An op's inputs as torch CUDA tensors, checked by the contract before any GPU work: the arrays whose values
+the checks read copied to the host (small: token ids, lengths, block tables, visibility masks, log-probs), the
+others by shape and dtype alone (contract.ArrayInfo, no copy: q, the KV cache). Anything that is not a torch CUDA
+tensor goes to the contract as it is, so a masked array or a foreign CUDA array gets the contract's own message.
+`validate_op(CONTRACT, ...)` does it for any op (what a device-array adapter calls first, docs/ADAPTERS.md);
+`validate(...)` is tree_verify's, with the checked call in a form the peer adapters use. Imports torch lazily."""
 
 from __future__ import annotations
 
@@ -73,6 +75,23 @@ def validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale) -
     checked = contract.TREE_VERIFY.validate(**args, softmax_scale=softmax_scale)
     a = checked.args
     return Checked(q, kv_cache, a["block_table"], a["prefix_lens"], a["visibility"], a["softmax_scale"], checked.dims)
+
+
+def validate_op(op: contract.OpContract, *args, **kwargs) -> contract.Checked:
+    """`op`'s every input check on device inputs (the contract's signature, e.g. `validate_op(TREE_BUILD,
+    top_logp, top_ids, root_tokens, budget)`); InputError naming the argument. An array the checks read is
+    copied to the host (draft_topk's logits: bs·L·V elements); one they do not read is described by shape and
+    dtype (contract.ArrayInfo)."""
+    named = op.bind(*args, **kwargs)
+    for a in op.args:
+        x = named[a.name]
+        if a.kind != "array" or not is_torch_cuda(x):
+            continue
+        if a.reads_values:
+            named[a.name] = host(x)
+        else:
+            named[a.name] = contract.ArrayInfo(tuple(x.shape), np_dtype(x), c_contiguous=bool(x.is_contiguous()))
+    return op.validate(**named)
 
 
 def refuse(arg: str, why: str):

@@ -10,15 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contract import InputError, TopK
+from harness import claims, topk, verdict
 from harness import strategies as hh
-from harness import topk
 from harness.cases import run
 from harness.compare import assert_bit_exact
+from harness.verdict import expect
 from reference import drafter, oracles
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [BF16, np.dtype(np.float16), np.dtype(np.float32)]
 DTYPE_IDS = ["bf16", "fp16", "fp32"]
+DTYPE_NAMES = ["bfloat16", "float16", "float32"]
 FLT_MAX = float(np.finfo(np.float32).max)
 spec = pytest.mark.spec
 
@@ -34,7 +36,10 @@ def row(values, dtype=np.float32):
 
 
 def good():
-    return case(hh.logit_rows(np.random.default_rng(1), (2, 3, 40), np.float32, "normal"), 5)
+    """A valid case, in a dtype the implementation under test declares (float32 when it declares all)."""
+    caps = claims.declared("draft_topk")
+    dtype = np.float32 if caps is None or caps.dtypes is None else DTYPES[DTYPE_NAMES.index(caps.dtypes[0])]
+    return case(hh.logit_rows(np.random.default_rng(1), (2, 3, 40), dtype, "normal"), 5)
 
 
 def _bad(c, message, clause, name):
@@ -104,10 +109,10 @@ def test_bad_input_rejected_with_argument_named(impl, c, message):
 
 @pytest.mark.spec("DT.1.3")
 def test_usable_after_bad_input(impl):
-    """A rejected call leaves the implementation usable, with the right answer next."""
+    """A rejected call leaves the implementation usable: the next valid call answers as it did before any bad
+    input (whether that answer is right is the other clauses' business)."""
     g = good()
     want = run(impl, g)
-    topk.assert_matches_oracle(want, g.logits, g.K)
     for bad in BAD:
         with pytest.raises(InputError):
             run(impl, bad.values[0])
@@ -116,16 +121,18 @@ def test_usable_after_bad_input(impl):
         assert_bit_exact(again.top_logp, want.top_logp, what="top_logp", spec_id="DT.1.3")
 
 
-@pytest.mark.spec("DT.1.2")
+@pytest.mark.spec("DT.1.2", "DT.3.6", *topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_minus_inf_and_largest_finite_are_accepted(impl, dtype):
+    """Accepted (DT.1.2); the answer for the dtype's largest values is DT.3.6's (and the oracle's)."""
     x = row([hh.dtype_max(dtype), -np.inf, -hh.dtype_max(dtype), 0.0, -np.inf], dtype)
-    got = run(impl, case(x, 5))
-    topk.assert_matches_oracle(got, x, 5, id_clause="DT.1.2")
+    with verdict.clause("DT.1.2"):
+        got = run(impl, case(x, 5))
+    topk.assert_matches_oracle(got, x, 5, id_clause="DT.3.6", lp_clause="DT.3.6")
 
 
 # --- DT.2 Selection, order and log-probs --------------------------------------------------------------------
-@pytest.mark.spec("DT.2.1", "DT.2.3", "DT.2.4", "DT.3.1", "DT.3.2")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @given(c=hh.logits_cases())
 def test_equals_the_float64_oracle(impl, c):
     got = run(impl, c)
@@ -142,12 +149,12 @@ def test_ties_go_to_the_lower_id_at_the_kth_place(impl, dtype):
     x[top] = 2.0
     x[[9, 60, 2]] = 1.0
     got = run(impl, case(row(x, dtype), 4))
-    assert got.top_ids[0, 0].tolist() == [3, 5, 8, 12], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
+    expect(got.top_ids[0, 0].tolist() == [3, 5, 8, 12], "DT.2.1", f"{got.top_ids[0, 0].tolist()}")
     got = run(impl, case(row(x, dtype), 12))
-    assert got.top_ids[0, 0].tolist() == sorted(top) + [2, 9], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
+    expect(got.top_ids[0, 0].tolist() == sorted(top) + [2, 9], "DT.2.1", f"{got.top_ids[0, 0].tolist()}")
 
 
-@pytest.mark.spec("DT.2.1")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", [BF16, np.dtype(np.float32)], ids=["bf16", "fp32"])
 @pytest.mark.parametrize(
     "V,K,tied",
@@ -169,11 +176,11 @@ def test_kth_tie_is_not_decided_by_arrival(impl, dtype, V, K, tied):
     x[0, 0, tied] = 2.0
     x = x.astype(np.float32).astype(dtype)
     got = run(impl, case(x, K))
-    assert got.top_ids[0, 0].tolist() == sorted(tied)[:K], f"[DT.2.1] {got.top_ids[0, 0].tolist()}"
+    expect(got.top_ids[0, 0].tolist() == sorted(tied)[:K], "DT.2.1", f"{got.top_ids[0, 0].tolist()}")
     topk.assert_matches_oracle(got, x, K)
 
 
-@pytest.mark.spec("DT.2.1", "DT.2.4", "DT.3.1")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("period,allowed", [(256, 224), (256, 32), (64, 60), (8192, 100)])
 @pytest.mark.parametrize("V", [4096, 40_000])
 @pytest.mark.parametrize("K", [1, 8, 64])
@@ -189,30 +196,43 @@ def test_periodic_masks(impl, period, allowed, V, K, dtype):
     topk.assert_matches_oracle(got, x, K)
 
 
-@pytest.mark.spec("DT.2.1")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_subnormal_logits_are_exact_values(impl, dtype):
+    """Subnormal logits (fp16's from 6e-8, fp32's and bf16's from 1e-45 and 9e-41) beside ±0 and the smallest
+    normals: compared as the exact values they are, never flushed to zero (a flush would tie them with the zeros
+    and hand the place to the lower id), and their log-probs within DT.2.4 of the float64 oracle."""
+    pool = hh.subnormal_pool(dtype)
+    x = np.stack([np.random.default_rng(k).permutation(np.resize(pool, 40)) for k in range(4)]).reshape(2, 2, 40)
+    x = x.astype(np.float32).astype(dtype)
+    got = run(impl, case(x, 12))
+    topk.assert_matches_oracle(got, x, 12)
+
+
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 def test_bf16_ties_over_a_large_row(impl):
     """bf16 logits over 32,000 tokens tie in long runs (8 bits of mantissa): the order is still exact."""
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((1, 2, 32_000)) * 2).astype(np.float32).astype(BF16)
     got = run(impl, case(x, 64))
     topk.assert_matches_oracle(got, x, 64)
-    xs = x.astype(np.float64)[0, 0, got.top_ids[0, 0]]
-    assert (xs[1:] == xs[:-1]).sum() > 5, "the case has ties in its top 64"
+    top = np.sort(x.astype(np.float64)[0, 0])[-64:]  # the case's own property, not the implementation's
+    assert (top[1:] == top[:-1]).sum() > 5, "the case has ties in its top 64"
 
 
-@pytest.mark.spec("DT.2.2")
+@pytest.mark.spec("DT.2.2", *topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_signed_zeros_are_one_value(impl, dtype):
     x = row([-1.0, 0.0, -0.0, -2.0, -0.0, 0.0, -np.inf], dtype)
     got = run(impl, case(x, 7))
-    assert got.top_ids[0, 0].tolist() == [1, 2, 4, 5, 0, 3, 6], f"[DT.2.2] {got.top_ids[0, 0].tolist()}"
+    expect(got.top_ids[0, 0].tolist() == [1, 2, 4, 5, 0, 3, 6], "DT.2.2", f"ids {got.top_ids[0, 0].tolist()}")
     lp = got.top_logp[0, 0]
-    assert (lp[:4] == lp[0]).all(), f"[DT.2.2] the four zeros' log-probs differ: {lp[:4]}"
+    expect((lp[:4] == lp[0]).all(), "DT.2.2", f"the four zeros' log-probs differ: {lp[:4]}")
     topk.assert_matches_oracle(got, x, 7, id_clause="DT.2.2")
     only = run(impl, case(row([-0.0, 0.0], dtype), 2))  # the whole mass on ±0.0: log-probs -ln 2, no -0.0
-    assert only.top_ids[0, 0].tolist() == [0, 1]
+    expect(only.top_ids[0, 0].tolist() == [0, 1], "DT.2.2", f"ids {only.top_ids[0, 0].tolist()} for [-0.0, 0.0]")
     one = run(impl, case(row([-0.0], dtype), 1))
-    assert one.top_logp[0, 0, 0] == 0 and not np.signbit(one.top_logp[0, 0, 0]), "[DT.2.2] a -0.0 log-prob"
+    expect(one.top_logp[0, 0, 0] == 0 and not np.signbit(one.top_logp[0, 0, 0]), "DT.2.2", "a -0.0 log-prob")
 
 
 @pytest.mark.spec("DT.2.3")
@@ -232,7 +252,7 @@ def test_outputs_build_a_tree(impl, c):
         assert tree.tokens[b, 1 : 1 + len(tok)].tolist() == tok and tree.parents[b, 1 : 1 + len(par)].tolist() == par
 
 
-@pytest.mark.spec("DT.2.4")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("V", [1_000, 32_000, 163_840])
 def test_log_probs_within_the_bound_over_large_vocabularies(impl, V):
     """fp32 logits of a realistic spread (a peaked head, a long tail) at large V, against the exact sum."""
@@ -240,10 +260,10 @@ def test_log_probs_within_the_bound_over_large_vocabularies(impl, V):
     x = (rng.standard_normal((1, 2, V)) * 2.5).astype(np.float32)
     x[0, 0, rng.integers(0, V, 5)] += 12.0
     got = run(impl, case(x, 16))
-    topk.assert_matches_oracle(got, x, 16, id_clause="DT.2.4")
+    topk.assert_matches_oracle(got, x, 16)
 
 
-@pytest.mark.spec("DT.2.4")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("V", [4000, 4096, 4099])
 @pytest.mark.parametrize("where", ["first", "last", "middle"])
 def test_every_token_counts_in_the_sum(impl, where, V):
@@ -255,7 +275,7 @@ def test_every_token_counts_in_the_sum(impl, where, V):
     x[0, 0, {"first": 0, "last": V - 1, "middle": V // 2}[where]] = 3.0
     x[0, 0, -5:] += 1.0
     got = run(impl, case(x, 8))
-    topk.assert_matches_oracle(got, x, 8, id_clause="DT.2.4")
+    topk.assert_matches_oracle(got, x, 8)
 
 
 @pytest.mark.spec("DT.2.5")
@@ -263,7 +283,7 @@ def test_ranking_is_by_logit_not_by_rounded_log_prob(impl):
     x = row([10.0, -30.0, np.float32(-30.0) + np.float32(2e-6)])
     got = run(impl, case(x, 3))
     assert got.top_logp[0, 0, 1] == got.top_logp[0, 0, 2], "the case needs two log-probs that round to one"
-    assert got.top_ids[0, 0].tolist() == [0, 2, 1], f"[DT.2.5] {got.top_ids[0, 0].tolist()}: ranked by log-prob"
+    expect(got.top_ids[0, 0].tolist() == [0, 2, 1], "DT.2.5", f"{got.top_ids[0, 0].tolist()}: ranked by log-prob")
 
 
 @pytest.mark.spec("DT.2.5")
@@ -280,11 +300,11 @@ def test_the_test_drafter_is_this_op(impl, noise_scale):
     ).astype(np.float32)[None]
     got = run(impl, case(z, K))
     assert_bit_exact(got.top_ids[0], ids, what="top_ids", spec_id="DT.2.5")
-    topk.assert_log_probs(lp[None], oracles.topk_log_probs(z, K)[0], V)
+    topk.assert_log_probs(lp[None], oracles.topk_log_probs(z, K)[0], V, clause_id="DT.2.5")  # the drafter's
 
 
 # --- DT.3 Edges -----------------------------------------------------------------------------------------------
-@pytest.mark.spec("DT.3.1")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("finite", [0, 1, 3, 5, 6])
 def test_fewer_than_k_finite_logits_give_a_tail_of_the_lowest_masked_ids(impl, dtype, finite):
@@ -296,31 +316,31 @@ def test_fewer_than_k_finite_logits_give_a_tail_of_the_lowest_masked_ids(impl, d
     got = run(impl, case(row(x, dtype), K))
     lp, ids = got.top_logp[0, 0], got.top_ids[0, 0]
     F = min(finite, K)
-    assert int((lp == -np.inf).sum()) == K - F, f"[DT.3.1] {int((lp == -np.inf).sum())} -inf entries, want {K - F}"
+    expect(int((lp == -np.inf).sum()) == K - F, "DT.3.1", f"{int((lp == -np.inf).sum())} -inf entries, want {K - F}")
     masked = [v for v in range(V) if v not in set(places.tolist())]
-    assert ids[F:].tolist() == masked[: K - F], f"[DT.3.1] tail ids {ids[F:].tolist()}, want {masked[: K - F]}"
-    assert np.isfinite(lp[:F]).all()
+    expect(ids[F:].tolist() == masked[: K - F], "DT.3.1", f"tail ids {ids[F:].tolist()}, want {masked[: K - F]}")
+    expect(np.isfinite(lp[:F]).all(), "DT.3.1", f"a finite logit's log-prob is not finite: {lp[:F]}")
     topk.assert_matches_oracle(got, row(x, dtype), K, id_clause="DT.3.1")
 
 
-@pytest.mark.spec("DT.3.2")
+@pytest.mark.spec(*topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_a_row_of_minus_inf_only(impl, dtype):
     x = np.zeros((2, 2, 9), np.float32)
     x[1, 0] = -np.inf
     x[0, 1, 3] = 5.0
     got = run(impl, case(x.astype(dtype), 4))
-    assert (got.top_logp[1, 0] == -np.inf).all() and not np.isnan(got.top_logp).any(), "[DT.3.2] log-probs"
-    assert got.top_ids[1, 0].tolist() == [0, 1, 2, 3], f"[DT.3.2] ids {got.top_ids[1, 0].tolist()}"
+    expect((got.top_logp[1, 0] == -np.inf).all() and not np.isnan(got.top_logp).any(), "DT.3.2", "log-probs")
+    expect(got.top_ids[1, 0].tolist() == [0, 1, 2, 3], "DT.3.2", f"ids {got.top_ids[1, 0].tolist()}")
     topk.assert_matches_oracle(got, x.astype(dtype), 4, id_clause="DT.3.2")
 
 
-@pytest.mark.spec("DT.3.3")
+@pytest.mark.spec("DT.3.3", *topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("V", [2, 7, 256, 1024])
 def test_k_equal_to_v_ranks_the_whole_row(impl, V):
     x = hh.logit_rows(np.random.default_rng(V), (2, 2, V), BF16, "normal")
     got = run(impl, case(x, V))
-    assert (np.sort(got.top_ids, axis=-1) == np.arange(V)).all(), "[DT.3.3] not a permutation of 0..V-1"
+    expect((np.sort(got.top_ids, axis=-1) == np.arange(V)).all(), "DT.3.3", "not a permutation of 0..V-1")
     topk.assert_matches_oracle(got, x, V, id_clause="DT.3.3")
 
 
@@ -348,32 +368,42 @@ def test_one_huge_logit_beside_minus_infs(impl, dtype, value):
     assert got.top_logp[0, 0].tolist() == [0.0, -np.inf, -np.inf, -np.inf], f"[DT.3.5] {got.top_logp[0, 0]}"
 
 
-@pytest.mark.spec("DT.3.6")
+@pytest.mark.spec("DT.3.6", *topk.ORACLE_CLAUSES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_logits_near_the_largest_value_do_not_overflow(impl, dtype):
     big = hh.dtype_max(dtype)
     x = np.stack([np.full(7, big), [big, -big, big, 0.0, -np.inf, big / 2, -big / 2]])[None]
     x = x.astype(np.float32).astype(dtype)
     got = run(impl, case(x, 7))
-    assert not np.isnan(got.top_logp).any(), "[DT.3.6] NaN"
-    assert np.isfinite(got.top_logp[0, 0]).all(), "[DT.3.6] a row of the largest value overflowed"
-    topk.assert_log_probs(got.top_logp[:, :1], np.full((1, 1, 7), -np.log(7.0)), 7)
-    topk.assert_matches_oracle(got, x, 7, id_clause="DT.3.6")
+    expect(not np.isnan(got.top_logp).any(), "DT.3.6", f"NaN among the log-probs {got.top_logp}")
+    expect(
+        np.isfinite(got.top_logp[0, 0]).all(), "DT.3.6", f"a row of the largest value overflowed: {got.top_logp[0, 0]}"
+    )
+    topk.assert_log_probs(got.top_logp[:, :1], np.full((1, 1, 7), -np.log(7.0)), 7, clause_id="DT.3.6")
+    topk.assert_matches_oracle(got, x, 7, id_clause="DT.3.6", lp_clause="DT.3.6")
     if dtype == np.float32:  # [FLT_MAX, -FLT_MAX]: the second below float32's range
         two = run(impl, case(row([FLT_MAX, -FLT_MAX]), 2))
-        assert two.top_logp[0, 0].tolist() == [0.0, -np.inf], f"[DT.3.6] {two.top_logp[0, 0]}"
+        expect(two.top_logp[0, 0].tolist() == [0.0, -np.inf], "DT.3.6", f"{two.top_logp[0, 0]}")
 
 
 # --- DT.4 Execution properties -------------------------------------------------------------------------------
-@pytest.mark.spec("DT.4.1", "DT.4.2")
+@pytest.mark.spec("DT.4.1")
 @settings(max_examples=10)
-@given(c=hh.logits_cases(max_bs=5, max_L=3, max_V=200), order=st.randoms(use_true_random=False))
-def test_deterministic_and_batch_invariant(impl, c, order):
+@given(c=hh.logits_cases(max_bs=5, max_L=3, max_V=200))
+def test_deterministic(impl, c):
     first = run(impl, c)
     for _ in range(impl.reruns):
         again = run(impl, c)
         for f in TopK.FIELDS:
             assert_bit_exact(getattr(again, f), getattr(first, f), what=f, spec_id="DT.4.1")
+
+
+@pytest.mark.spec("DT.4.2")
+@settings(max_examples=10)
+@given(c=hh.logits_cases(max_bs=5, max_L=3, max_V=200), order=st.randoms(use_true_random=False))
+def test_batch_invariant(impl, c, order):
+    """(apart from DT.4.1's test: an implementation may promise determinism without batch invariance)"""
+    first = run(impl, c)
     x = c.logits
     for b in range(x.shape[0]):  # each request alone
         one = run(impl, case(x[b : b + 1], c.K))

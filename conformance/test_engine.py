@@ -267,7 +267,7 @@ def _contract_cases():
     """Every bad-input case of the op conformance tests, as (op, tensors by the contract's KDTR names,
     message regex). Cases about the Python objects themselves (a masked array, a list, a CUDA array, a bool
     where an int belongs) have no op-file form and are left out: the engine sees only files."""
-    mods = {op: importlib.import_module(f"conformance.test_{op}") for op in OPS}
+    mods = {op: importlib.import_module(f"conformance.test_{op}") for op in contract.OPS}
     cases = []
     for p in mods["tree_build"].BAD:
         arg, value, message = p.values
@@ -278,6 +278,10 @@ def _contract_cases():
     for p in mods["tree_accept"].BAD:
         case, message = p.values
         cases.append(("tree_accept", case, message, f"accept-{p.id}"))
+    for p in mods["draft_topk"].BAD:
+        case, message = p.values
+        cases.append(("draft_topk", case, message, f"topk-{p.id}"))
+    cases += _topk_bad_values()
     out = []
     for op, case, message, name in cases:
         c = contract.OPS[op]
@@ -286,6 +290,34 @@ def _contract_cases():
             continue
         tensors = {a.name: _as_tensor(case.args[a.name]) for a in c.args if case.args.get(a.name) is not None}
         out.append(pytest.param(op, tensors, message, id=name))
+    return out
+
+
+def _topk_bad_values() -> list:
+    """draft_topk's value checks at every request and depth of a [2, 3, 5] batch, in every logits dtype: a NaN
+    or a +inf at a token that moves along the rows (the engine's own scan, which engine-cpu's Python checks
+    would otherwise answer first), each named by its place, beside a -inf (allowed) in the last row."""
+    from harness.cases import Case
+
+    out = []
+    for dt in (np.float32, np.float16, contract.BF16):
+        name = np.dtype(dt).name
+        for b in range(2):
+            for d in range(3):
+                v = (2 * b + d) % 5
+                for bad, word in ((np.nan, "NaN"), (np.inf, r"\+inf")):
+                    x = np.zeros((2, 3, 5), dt)
+                    x[b, d, v] = bad
+                    x[1, 2, 4] = -np.inf if (b, d) != (1, 2) else x[1, 2, 4]  # -inf elsewhere is allowed
+                    message = rf"logits: {word} at \[request {b}, depth {d}, token {v}\]"
+                    out.append(
+                        (
+                            "draft_topk",
+                            Case("draft_topk", {"logits": x, "K": 2}),
+                            message,
+                            f"topk-{name}-{'nan' if word == 'NaN' else 'inf'}-b{b}-d{d}",
+                        )
+                    )
     return out
 
 

@@ -26,9 +26,10 @@ import pytest
 
 from contract import Accept, Tree, limits
 from harness import strategies as hh
+from harness import tree_results
 from harness.cases import Case, run
 from harness.compare import assert_bit_exact
-from reference import oracles
+from harness.verdict import expect
 from reference import tree_accept as ref_accept
 from reference import tree_build as ref_build
 
@@ -142,13 +143,17 @@ def check_tree_invariants(case: Case, got: Tree) -> None:
     par, dep, sc = np.asarray(got.parents), np.asarray(got.depths), np.asarray(got.scores)
     idx = np.arange(D)[None, :]
     real = (idx < n[:, None]) & (idx > 0)
-    assert (par[real] < np.broadcast_to(idx, par.shape)[real]).all(), "[TB.2.6] a parent after its child"
-    assert (np.where(real, np.diff(np.concatenate([sc[:, :1], sc], axis=1), axis=1), 0)[:, 2:] <= 0).all()
-    assert (np.asarray(got.positions) == case.prefix_lens[:, None] + dep).all(), "[TB.3.2] positions"
-    assert (par[:, 0] == -1).all() and (sc[:, 0] == 0).all(), "[TB.2.7] root"
+    expect((par[real] < np.broadcast_to(idx, par.shape)[real]).all(), "TB.2.6", "a parent after its child")
+    expect(
+        (np.where(real, np.diff(np.concatenate([sc[:, :1], sc], axis=1), axis=1), 0)[:, 2:] <= 0).all(),
+        "TB.2.6",
+        "scores increase somewhere",
+    )
+    expect((np.asarray(got.positions) == case.prefix_lens[:, None] + dep).all(), "TB.3.2", "positions")
+    expect((par[:, 0] == -1).all() and (sc[:, 0] == 0).all(), "TB.2.7", "root")
 
 
-@pytest.mark.spec("TB.2.2", "TB.2.3", "TB.2.6", "TB.3.1", "TB.3.2", "TB.3.3", "TB.3.4")
+@pytest.mark.spec(*tree_results.CLAUSES)
 @pytest.mark.parametrize("name", [_param(n, s) for n, (_, s) in BUILD.items()])
 def test_tree_build_extremes(impl, name):
     case, want = build_case(name)
@@ -156,14 +161,7 @@ def test_tree_build_extremes(impl, name):
     for race_min_b in impl.knob_values("tree_build", "race_min_b", [None, 1]):
         got = run(impl, case, race_min_b=race_min_b)
         check_tree_invariants(case, got)
-        for f in Tree.FIELDS:
-            assert_bit_exact(
-                np.asarray(getattr(got, f)),
-                getattr(want, f),
-                what=f,
-                spec_id="TB.2.3",
-                context={"case": name, "race_min_b": race_min_b},
-            )
+        tree_results.check_tree(got, want, {"case": name, "race_min_b": race_min_b})
 
 
 # --- the select kernels' paths on the depth-32 ties ------------------------------------------------------------
@@ -274,36 +272,21 @@ BRUTE = {
 
 
 @functools.cache
-def brute_case(name) -> tuple[Case, list]:
+def brute_case(name) -> tuple[Case, Tree]:
     case = BRUTE[name]()
-    return case, [
-        oracles.brute_force_tree(case.top_logp[b], case.top_ids[b], case.budget) for b in range(case.top_logp.shape[0])
-    ]
+    return case, tree_results.oracle_tree(**case.args)
 
 
-@pytest.mark.spec("TB.2.1", "TB.2.2", "TB.2.3", "TB.2.4", "TB.2.5")
+@pytest.mark.spec(*tree_results.CLAUSES)
 @pytest.mark.parametrize("name", list(BRUTE))
 def test_brute_force_budgets_with_tied_lanes(impl, name):
     """Budgets up to 1024 on inputs the brute-force oracle enumerates whole, with so many ties that the frontier
-    holds more than 32 entries of one score at once: node for node the oracle's (and bit for bit the
-    reference's), with the race at every budget too."""
-    case, oracle = brute_case(name)
-    want = ref_build.tree_build(**case.args)
+    holds more than 32 entries of one score at once: node for node the oracle's tree, with the race at every
+    budget too."""
+    case, want = brute_case(name)
     for race_min_b in impl.knob_values("tree_build", "race_min_b", [None, 1]):
         got = run(impl, case, race_min_b=race_min_b)
-        for b, (par, dep, tok, rk, sc) in enumerate(oracle):
-            n = len(par)
-            ctx = {"case": name, "request": b, "race_min_b": race_min_b}
-            assert int(got.n_nodes[b]) == 1 + n, f"[TB.2.4] {ctx}: n_nodes {int(got.n_nodes[b])}, oracle {1 + n}"
-            for f, v, dt in (("parents", par, np.int32), ("depths", dep, np.int32), ("tokens", tok, np.int32),
-                             ("ranks", rk, np.int32), ("scores", sc, np.float64)):  # fmt: skip
-                assert_bit_exact(
-                    np.asarray(getattr(got, f))[b, 1 : 1 + n], np.array(v, dt), what=f, spec_id="TB.2.3", context=ctx
-                )
-        for f in Tree.FIELDS:
-            assert_bit_exact(
-                np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3", context={"case": name}
-            )
+        tree_results.check_tree(got, want, {"case": name, "race_min_b": race_min_b})
 
 
 def _accept(bs, D, page_size, prefix, *, vocab=4, seed=0, dtype=ml_dtypes.bfloat16) -> Case:
@@ -397,15 +380,34 @@ def accept_case(name) -> tuple[Case, Accept, np.ndarray]:
     return case, want, committed.kv_cache
 
 
-@pytest.mark.spec("TA.2.1", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3")
+@pytest.mark.spec("TA.2.1", "TA.2.2", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3")
 @pytest.mark.parametrize("name", [_param(n, s) for n, (_, s) in ACCEPT.items()])
 def test_tree_accept_extremes(impl, name):
-    case, want, want_kv = accept_case(name)
+    case, want, _ = accept_case(name)
+    assert int(np.asarray(want.accept_len).max()) > 3, "the planted matches should make some walks go deep"
     mine = case.copy()  # the commit writes in place
     got = run(impl, mine)
-    assert int(np.asarray(got.accept_len).max()) > 3, "the planted matches should make some walks go deep"
-    for f in Accept.FIELDS:
+    ctx = {"case": name}
+    for b in range(case.tokens.shape[0]):  # a wrong step fails the walk's clause it breaks, before the fields
+        want_path = [int(x) for x in want.accept_path[b, : int(want.accept_len[b]) + 1]]
+        tree_results.check_walk(got, b, want_path, case.parents[b], case.tokens[b], case.target_tokens[b])
+    for f in Accept.FIELDS[:4]:  # accept_len first: a walk of the wrong length fails TA.2.1, not all after it
         assert_bit_exact(
-            np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TA.2.3", context={"case": name}
+            np.asarray(getattr(got, f)),
+            getattr(want, f),
+            what=f,
+            spec_id=tree_results.ACCEPT_FIELD_CLAUSE[f],
+            context=ctx,
         )
-    assert_bit_exact(mine.kv_cache, want_kv, what="kv_cache", spec_id="TA.3.1", context={"case": name})
+    # the commit and the new length of its own walk (a wrong walk is the walk's clauses' failure)
+    n = np.asarray(got.accept_len)
+    assert_bit_exact(
+        np.asarray(got.new_lens),
+        (case.prefix_lens + 1 + n).astype(np.int32),
+        what="new_lens",
+        spec_id="TA.3.3",
+        context=ctx,
+    )
+    tree_results.check_commit(
+        mine.kv_cache, case.kv_cache, case.block_table, case.prefix_lens, np.asarray(got.accept_path), n, ctx
+    )

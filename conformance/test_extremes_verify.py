@@ -34,9 +34,10 @@ from contract.paged import cache_rows
 from contract.trees import unpack_visibility
 from harness import spec as clauses
 from harness import strategies as hh
-from harness import tools
+from harness import tools, tree_results
 from harness.cases import function, run
 from harness.compare import assert_bit_exact, assert_close, assert_cosine
+from harness.verdict import clause, expect
 from reference import oracles
 from reference import tree_verify as ref
 from reference.tree_build import layouts
@@ -69,8 +70,7 @@ def shaped(dtype, trees, prefix, page_size, H, *, seed, q_scale=1.0):
 def check(case, got, o64, l64, *, oc, lc, what=""):
     """out and lse against the float64 oracle with the given clauses, and each request's cosine (TV.2.7)."""
     q = case.q
-    assert got.out.dtype == q.dtype and got.out.shape == q.shape[:3] + (limits.LATENT,)
-    assert got.lse.dtype == np.float32 and got.lse.shape == q.shape[:3]
+    tree_results.check_verified_shapes(q, got, oc, lc)
     assert_close(got.out.astype(np.float64), o64, what=f"out{what}", spec_id=oc, **tol(oc))
     assert_close(got.lse.astype(np.float64), l64, what=f"lse{what}", spec_id=lc, **tol(lc))
     for b in range(q.shape[0]):
@@ -119,7 +119,8 @@ def test_every_page_size_class(impl, request, dtype, page_size):
         tools.missing(request.config, PAGE_CLASSES[0])
     case, o64, l64 = page_case(page_size, dtype)
     for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 200]):
-        got = run(impl, case, split_chunk=chunk)
+        with clause("TV.1.2"):  # every page size class is accepted
+            got = run(impl, case, split_chunk=chunk)
         what = f" (page_size={page_size}: {PAGE_CLASSES[page_size]}; split_chunk={chunk})"
         check(case, got, o64, l64, oc=out_clause(dtype), lc=lse_clause(dtype), what=what)
 
@@ -175,7 +176,9 @@ def test_more_than_32_splits_with_large_logits(impl, dtype, name):
             assert max(splits) > 32 and (chunk is not None or name == "largest-context" or min(splits) > 32), splits
         got = run(impl, case, split_chunk=chunk)
         what = f" ({name}, split_chunk={chunk}, splits {splits})"
-        assert np.isfinite(got.out.astype(np.float32)).all() and np.isfinite(got.lse).all(), f"[TV.2.8] overflow{what}"
+        expect(
+            np.isfinite(got.out.astype(np.float32)).all() and np.isfinite(got.lse).all(), "TV.2.8", f"overflow{what}"
+        )
         check(case, got, o64, l64, oc=oc, lc="TV.2.8", what=what)
 
 
@@ -263,7 +266,8 @@ def test_kv_pool_past_2_31_bytes(impl, dtype):
     small = compacted(case)
     o64, l64 = ref.tree_verify_float64(**small.args)
     for chunk in impl.knob_values("tree_verify", "split_chunk", [None, 100]):
-        got = run(impl, case, split_chunk=chunk)
+        with clause("TV.1.2"):  # pages past 2^31 bytes are addressed
+            got = run(impl, case, split_chunk=chunk)
         what = f" (8 GiB pool, split_chunk={chunk})"
         check(case, got, o64, l64, oc=out_clause(dtype), lc=lse_clause(dtype), what=what)
         want = run(impl, small, split_chunk=chunk)
@@ -309,8 +313,9 @@ def test_largest_rows_per_request(impl, dtype):
         got = run(impl, case, split_chunk=chunk)
         out = got.out[0, queries].astype(np.float64)
         what = f" (Q={Q}, H={H}, queries {queries[:4]}..., split_chunk={chunk})"
-        assert got.out.shape == case.q.shape[:3] + (limits.LATENT,) and got.lse.shape == case.q.shape[:3]
         oc, lc = out_clause(dtype), lse_clause(dtype)
+        expect(got.out.shape == case.q.shape[:3] + (limits.LATENT,), oc, f"out {list(got.out.shape)}")
+        expect(got.lse.shape == case.q.shape[:3], lc, f"lse {list(got.lse.shape)}")
         assert_close(out, o64, what=f"out{what}", spec_id=oc, **tol(oc))
         assert_close(got.lse[0, queries].astype(np.float64), l64, what=f"lse{what}", spec_id=lc, **tol(lc))
         assert_cosine(out, o64, what=f"out[0] sampled{what}", spec_id="TV.2.7")

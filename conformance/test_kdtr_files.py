@@ -270,11 +270,11 @@ def test_load_turns_every_failure_into_kdtr_error(reader, tmp_path, monkeypatch)
 @pytest.mark.spec("KDTR.4.1")
 @pytest.mark.parametrize("reader", ["python"])
 @pytest.mark.parametrize("buf", ["KDTR", 96, None, 1.5, memoryview(np.zeros(64, np.uint8))[::2]])
-def test_loads_of_what_is_not_bytes_is_a_type_error_naming_buf(reader, buf):
-    """The documented exception to 'only KdtrError': an argument that is no bytes-like object at all is a
-    TypeError (a caller's bug, not a bad file) whose message names `buf` and what it got."""
-    assert "TypeError naming it" in kdtr.loads.__doc__
+def test_loads_of_what_is_not_bytes_is_a_kdtr_error_naming_buf(reader, buf):
+    """An argument that is no bytes-like object at all is refused like every other input, by a KdtrError (E90
+    IO: nothing to read) whose message names `buf` and what it got; it is a TypeError too (a caller's bug)."""
     with pytest.raises(
-        TypeError, match=rf"kdtr\.loads: buf must be a C-contiguous bytes-like object .*not {type(buf).__name__}"
-    ):
+        kdtr.KdtrError, match=rf"kdtr\.loads: buf must be a C-contiguous bytes-like object .*not {type(buf).__name__}"
+    ) as e:
         kdtr.loads(buf)
+    assert e.value.code == kdtr.Code.IO and isinstance(e.value, TypeError)

@@ -331,6 +331,49 @@ def test_engine_build_fits_its_archs(request):
     assert not bad, f"[KB.1.7] the engine's build does not fit: {bad}"
 
 
+def engine_stack_problems(usage: dict) -> dict[str, str]:
+    """Each kernel variant's entry in the engine's nvcc build (`usage`: resources.read of the binary) that has a
+    stack frame or local memory (spills go to the stack frame), or is missing."""
+    bad = {}
+    for spec in specs.engine_specs():
+        for arch in spec.archs:
+            for entry in spec.entries:
+                name = f"{entry}__{spec.slug}__{spec.variant}"
+                u = usage.get(arch, {}).get(name)
+                if u is None:
+                    bad[f"{name}@{arch}"] = "not in the binary"
+                elif u.stack or u.local:
+                    bad[f"{name}@{arch}"] = f"{u.stack}-byte stack frame, {u.local} bytes of local memory"
+    return bad
+
+
+@pytest.mark.spec("KB.1.2")
+def test_engine_build_has_no_stack_frame(request):
+    """The engine's nvcc build of every kernel variant (the same sources through nvcc's front end, whose PTX
+    differs from NVRTC's) has no stack frame and no local memory either, for every arch it embeds."""
+    binary = tools.required_binary(request.config, "kdtree-engine")
+    usage = _usage(binary)
+    if not usage:
+        tools.missing(request.config, "kdtree-engine was built without nvcc (tools/setup.sh says why): no cubin")
+    bad = engine_stack_problems(usage)
+    assert not bad, f"[KB.1.2] the engine's nvcc build uses local memory: {bad}"
+
+
+@pytest.mark.spec("KB.1.2")
+def test_engine_stack_check_can_fail():
+    """The engine's no-stack check reads cuobjdump's STACK and LOCAL columns: an 8-byte frame (what nvcc's
+    lane_cached build for sm_90 had) is named."""
+    spec = next(s for s in specs.engine_specs() if s.variant == "lane_cached")
+    clean = resources.Usage(48, 1040, 0, 0)
+    usage = {a: {f"{e}__{s.slug}__{s.variant}": clean for s in specs.engine_specs() for e in s.entries}
+             for a in {a for s in specs.engine_specs() for a in s.archs}}  # fmt: skip
+    assert engine_stack_problems(usage) == {}
+    usage["sm_90"][f"tree_build_kernel__tree_build__{spec.variant}"] = resources.Usage(48, 1040, 8, 0)
+    assert engine_stack_problems(usage) == {
+        "tree_build_kernel__tree_build__lane_cached@sm_90": "8-byte stack frame, 0 bytes of local memory"
+    }
+
+
 @pytest.mark.spec("KB.1.7")
 def test_res_usage_parses_cubins_and_fat_binaries():
     """The reader takes a cubin's listing (no arch in it) and a fat binary's (one section per arch)."""

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from contract import InputError, Tree, limits
 from contract.trees import unpack_visibility
 from harness import strategies as hh
+from harness import tree_results, verdict
 from harness.cases import run
 from harness.compare import assert_bit_exact
+from harness.verdict import expect
 from reference import oracles
-from reference import tree_build as ref
 
 ORACLE_CANDIDATES = 3000  # keep the brute-force enumeration small
 
@@ -189,16 +190,23 @@ def test_full_mask_size_is_checked_before_anything_is_allocated(impl):
 
 @pytest.mark.spec("TB.1.4")
 def test_usable_after_bad_input(impl):
-    """A rejected call leaves the implementation (and the device) usable, with the right answer next."""
+    """A rejected call leaves the implementation (and the device) usable: the next valid call answers as it did
+    before any bad input (whether that answer is right is the other clauses' business)."""
     good = valid_case()
-    expect = ref.tree_build(**good.args)
+    before = run(impl, good)
     for bad in BAD:
         arg, value, _ = bad.values
         with pytest.raises(InputError):
             run(impl, _bad_case(arg, value))
         got = run(impl, good)
-        assert_bit_exact(got.parents, expect.parents, what="parents", spec_id="TB.1.4")
-        assert_bit_exact(got.scores, expect.scores, what="scores", spec_id="TB.1.4")
+        for f in Tree.FIELDS:
+            assert_bit_exact(
+                np.asarray(getattr(got, f)),
+                np.asarray(getattr(before, f)),
+                what=f,
+                spec_id="TB.1.4",
+                context={"after": bad.id},
+            )
 
 
 def runs(impl, case):
@@ -209,29 +217,11 @@ def runs(impl, case):
 
 
 # --- TB.2 Algorithm ---------------------------------------------------------------------------------------
-def check_against_oracle(got, case, spec_id):
-    lp, ids, B = case.top_logp, case.top_ids, case.budget
-    for b in range(lp.shape[0]):
-        par, dep, tok, rk, sc = oracles.brute_force_tree(lp[b], ids[b], B)
-        n = len(par)
-        ctx = {"request": b, "B": B}
-        assert int(got.n_nodes[b]) == 1 + n, f"[{spec_id}] request {b}: n_nodes {int(got.n_nodes[b])}, oracle {1 + n}"
-        assert_bit_exact(
-            got.parents[b, 1 : 1 + n], np.array(par, np.int32), what="parents", spec_id=spec_id, context=ctx
-        )
-        assert_bit_exact(got.depths[b, 1 : 1 + n], np.array(dep, np.int32), what="depths", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.tokens[b, 1 : 1 + n], np.array(tok, np.int32), what="tokens", spec_id=spec_id, context=ctx)
-        assert_bit_exact(got.ranks[b, 1 : 1 + n], np.array(rk, np.int32), what="ranks", spec_id=spec_id, context=ctx)
-        assert_bit_exact(
-            got.scores[b, 1 : 1 + n], np.array(sc, np.float64), what="scores", spec_id=spec_id, context=ctx
-        )
-
-
 def check_matches_reference(got, case):
-    """Every field bit-exact with the reference (trivially true for the reference itself)."""
-    want = ref.tree_build(**case.args)
-    for f in Tree.FIELDS:
-        assert_bit_exact(np.asarray(getattr(got, f)), getattr(want, f), what=f, spec_id="TB.2.3")
+    """Every field equal to the reference's tree, each difference failing its own clause (tree_results)."""
+    from reference import tree_build as ref
+
+    tree_results.check_tree(got, ref.tree_build(**case.args))
 
 
 # (s - lp[r]) + lp[r+1] and s + (lp[r+1] - lp[r]) differ here in float64: a fast-math kernel would fail.
@@ -251,8 +241,17 @@ SIGNED_ZERO = hh.topk_case(
 )
 
 
-@pytest.mark.spec("TB.2.1", "TB.2.2", "TB.2.3")
-@given(case=hh.topk_inputs(max_candidates=ORACLE_CANDIDATES))
+DEEP_TIES = hh.topk_case(  # a certain path to depth 8, then every candidate below ties with its cousins
+    np.concatenate([np.tile(np.float32([0.0, -100.0]), (1, 8, 1)), np.full((1, 4, 2), -0.5, np.float32)], axis=1),
+    np.arange(24, dtype=np.int32).reshape(1, 12, 2),  # ids ascending with rank: "the higher id" is the later rank
+    np.array([0], np.int32),
+    40,
+    np.array([0], np.int32),
+)
+
+
+@pytest.mark.spec(*tree_results.CLAUSES)
+@given(case=hh.topk_inputs(max_L=limits.MAX_DEPTH, max_candidates=ORACLE_CANDIDATES))
 @example(
     case=hh.topk_case(
         np.array([[[-0.5, -0.5], [-0.5, -0.5]]], np.float32),
@@ -264,16 +263,38 @@ SIGNED_ZERO = hh.topk_case(
 )
 @example(case=REASSOCIATION)
 @example(case=SIGNED_ZERO)
+@example(case=DEEP_TIES)
 @settings(max_examples=max(400, settings().max_examples))  # the issue's bar: >= 400 cases against the oracle
 def test_equals_brute_force_oracle(impl, case):
-    """Ties everywhere: (0,0) before (0,1) before (1,0) before (1,1)."""
+    """Every field against the brute-force oracle's tree, to depth 32 where its candidates stay few (small
+    top-k or budget): ties everywhere: (0,0) before (0,1) before (1,0) before (1,1)."""
+    want = tree_results.oracle_tree(**case.args)
     for got in runs(impl, case):
-        check_against_oracle(got, case, "TB.2.3")
-        check_matches_reference(got, case)
+        tree_results.check_tree(got, want)
+
+
+@pytest.mark.spec("TB.2.2")
+@given(case=hh.topk_inputs(max_bs=3, max_L=limits.MAX_DEPTH, max_K=8, max_B=128))
+@example(case=DEEP_TIES)
+def test_pop_order_is_the_total_order(impl, case):
+    """Trees of any depth (no oracle needed): each node comes after the one before it in the total order,
+    (score descending, rank tuple ascending), the rank tuples read from the tree's own parents and ranks."""
+    for got in runs(impl, case):
+        for b in range(case.top_logp.shape[0]):
+            n = int(got.n_nodes[b])
+            tuples = tree_results.rank_tuples(np.asarray(got.parents[b]), np.asarray(got.ranks[b]), n)
+            keys = [(-float(got.scores[b, i + 1]), t) for i, t in enumerate(tuples) if t is not None]
+            for i in range(1, len(keys)):
+                expect(
+                    keys[i - 1] < keys[i],
+                    "TB.2.2",
+                    f"request {b}: node {i + 1} (rank tuple {keys[i][1]}, score {-keys[i][0]!r}) pops after node "
+                    f"{i} (rank tuple {keys[i - 1][1]}, score {-keys[i - 1][0]!r})",
+                )
 
 
 @pytest.mark.spec("TB.2.1")
-@given(case=hh.topk_inputs(max_bs=2, max_L=6, max_K=6, max_B=40, max_candidates=20000))
+@given(case=hh.topk_inputs(max_bs=2, max_L=limits.MAX_DEPTH, max_K=6, max_B=40))
 @example(case=REASSOCIATION)
 @example(case=SIGNED_ZERO)
 def test_scores_are_the_float64_recursion(impl, case):
@@ -295,13 +316,15 @@ def test_scores_are_the_float64_recursion(impl, case):
                     s = float(lp[b, 0, 0]) if d == 1 else s + float(lp[b, d - 1, 0])
                     for rr in range(r):
                         s = (s - float(lp[b, d - 1, rr])) + float(lp[b, d - 1, rr + 1])
-                assert np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64), (
-                    f"[TB.2.1] request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}"
+                expect(
+                    np.float64(s).view(np.uint64) == np.float64(got.scores[b, i]).view(np.uint64),
+                    "TB.2.1",
+                    f"request {b} node {i}: score {got.scores[b, i]!r}, recursion {s!r}",
                 )
 
 
 @pytest.mark.spec("TB.2.4", "TB.2.5")
-@given(case=hh.topk_inputs(max_L=5, max_K=6, max_B=64))
+@given(case=hh.topk_inputs(max_L=limits.MAX_DEPTH, max_K=6, max_B=64))
 def test_node_count_and_no_inf(impl, case):
     lp, B = case.top_logp, case.budget
     for got in runs(impl, case):
@@ -309,10 +332,14 @@ def test_node_count_and_no_inf(impl, case):
             _L, K_in = lp.shape[1:]
             K = min(B, K_in)
             finite = 0 if K == 0 else _finite_candidates(lp[b, :, :K])
-            assert int(got.n_nodes[b]) == 1 + min(B, finite), f"[TB.2.4] request {b}"
+            expect(
+                int(got.n_nodes[b]) == 1 + min(B, finite),
+                "TB.2.4",
+                f"request {b}: n_nodes {int(got.n_nodes[b])}, 1 + min(B, finite candidates) = {1 + min(B, finite)}",
+            )
             n = int(got.n_nodes[b])
-            assert np.isfinite(got.scores[b, :n]).all(), f"[TB.2.5] request {b}: non-finite score selected"
-            assert not np.isnan(got.scores[b]).any()
+            expect(np.isfinite(got.scores[b, :n]).all(), "TB.2.5", f"request {b}: non-finite score selected")
+            expect(not np.isnan(got.scores[b]).any(), "TB.2.5", f"request {b}: NaN in scores")
 
 
 def _finite_candidates(lp) -> int:
@@ -327,7 +354,7 @@ def _finite_candidates(lp) -> int:
 
 
 @pytest.mark.spec("TB.2.6", "TB.2.7")
-@given(case=hh.topk_inputs(max_bs=3, max_L=8, max_K=16, max_B=128))
+@given(case=hh.topk_inputs(max_bs=3, max_L=limits.MAX_DEPTH, max_K=16, max_B=128))
 def test_node_fields(impl, case):
     lp, ids, roots, B = case.top_logp, case.top_ids, case.root_tokens, case.budget
     for got in runs(impl, case):
@@ -335,22 +362,24 @@ def test_node_fields(impl, case):
         for b in range(lp.shape[0]):
             n = int(got.n_nodes[b])
             par, dep, tok, rk, sc = (got.parents[b], got.depths[b], got.tokens[b], got.ranks[b], got.scores[b])
-            assert (par[0], dep[0], tok[0], rk[0]) == (-1, 0, roots[b], -1) and sc[0] == 0.0, "[TB.2.7] root slot"
-            assert np.float64(sc[0]).view(np.uint64) == 0, "[TB.2.7] root score must be +0.0"
+            root = (int(par[0]), int(dep[0]), int(tok[0]), int(rk[0]), float(sc[0]))
+            expect(root == (-1, 0, int(roots[b]), -1, 0.0), "TB.2.7", f"request {b}: root slot {root}")
+            expect(np.float64(sc[0]).view(np.uint64) == 0, "TB.2.7", f"request {b}: root score must be +0.0")
             idx = np.arange(1, n)
-            assert (par[1:n] < idx).all() and (par[1:n] >= 0).all(), "[TB.2.6] parent before child"
-            assert (dep[1:n] == dep[par[1:n]] + 1).all() and ((dep[1:n] >= 1) & (dep[1:n] <= lp.shape[1])).all()
-            assert ((rk[1:n] >= 0) & (rk[1:n] < K)).all()
-            assert (tok[1:n] == ids[b, dep[1:n] - 1, rk[1:n]]).all(), "[TB.2.6] tokens from ids"
-            assert (np.diff(sc[1:n]) <= 0).all(), "[TB.2.6] scores non-increasing"
-            seen = set()
-            for i in range(1, n):
-                assert (par[i], tok[i]) not in seen, f"[TB.2.6] duplicate sibling token at node {i}"
-                seen.add((par[i], tok[i]))
+            expect((par[1:n] < idx).all() and (par[1:n] >= 0).all(), "TB.2.6", f"request {b}: parent before child")
+            with verdict.clause("TB.2.6"):
+                assert (dep[1:n] == dep[par[1:n]] + 1).all() and ((dep[1:n] >= 1) & (dep[1:n] <= lp.shape[1])).all()
+                assert ((rk[1:n] >= 0) & (rk[1:n] < K)).all(), f"request {b}: ranks outside 0..{K - 1}"
+                assert (tok[1:n] == ids[b, dep[1:n] - 1, rk[1:n]]).all(), f"request {b}: tokens from ids"
+                assert (np.diff(sc[1:n]) <= 0).all(), f"request {b}: scores non-increasing"
+                seen = set()
+                for i in range(1, n):
+                    assert (par[i], tok[i]) not in seen, f"request {b}: duplicate sibling token at node {i}"
+                    seen.add((par[i], tok[i]))
 
 
 @pytest.mark.spec("TB.2.8")
-@given(case=hh.topk_inputs(max_L=3, max_K=3, max_B=64))
+@given(case=hh.topk_inputs(max_L=limits.MAX_DEPTH, max_K=3, max_B=64))
 def test_pad_slots(impl, case):
     lp, roots, B, prefix = case.top_logp, case.root_tokens, case.budget, case.prefix_lens
     for got in runs(impl, case):
@@ -373,14 +402,18 @@ def test_pad_slots(impl, case):
 
 # --- TB.3 Layouts -----------------------------------------------------------------------------------------
 @pytest.mark.spec("TB.3.1", "TB.3.2", "TB.3.3", "TB.3.4")
-@given(case=hh.topk_inputs(max_bs=3, max_L=6, max_K=8, max_B=70))
+@given(case=hh.topk_inputs(max_bs=3, max_L=limits.MAX_DEPTH, max_K=8, max_B=70))
 def test_layouts_consistent_with_parents(impl, case):
     """Each layout recomputed independently from the parent array (oracle: ancestor closure)."""
     lp, B, prefix = case.top_logp, case.budget, case.prefix_lens
     for got in runs(impl, case):
         D = 1 + B
         W = (D + 31) // 32
-        assert got.visibility.shape == (lp.shape[0], D, W) and got.visibility.dtype == np.uint32
+        expect(
+            got.visibility.shape == (lp.shape[0], D, W) and got.visibility.dtype == np.uint32,
+            "TB.3.1",
+            f"visibility {got.visibility.dtype}{list(got.visibility.shape)}, expected uint32{[lp.shape[0], D, W]}",
+        )
         offset = 0
         for b in range(lp.shape[0]):
             n = int(got.n_nodes[b])
@@ -401,13 +434,13 @@ def test_layouts_consistent_with_parents(impl, case):
                 want = np.concatenate([np.ones((D, int(prefix[b])), bool), closure], axis=1)
                 assert_bit_exact(block, want, what="full_mask", spec_id="TB.3.4", context={"request": b})
                 offset += size
-        assert got.full_mask.shape == (offset,), "[TB.3.4] FULL_MASK is made when asked for, and only then"
+        expect(got.full_mask.shape == (offset,), "TB.3.4", "FULL_MASK is made when asked for, and only then")
 
 
 # --- TB.4 Execution properties ------------------------------------------------------------------------------
 @pytest.mark.spec("TB.4.1")
 @settings(max_examples=10)
-@given(case=hh.topk_inputs(max_bs=8, max_L=8, max_K=32, max_B=256))
+@given(case=hh.topk_inputs(max_bs=8, max_L=limits.MAX_DEPTH, max_K=32, max_B=256))
 def test_deterministic(impl, case):
     first = run(impl, case)
     for _ in range(impl.reruns):
@@ -417,7 +450,7 @@ def test_deterministic(impl, case):
 
 
 @pytest.mark.spec("TB.4.2")
-@given(case=hh.topk_inputs(max_bs=6, max_L=5, max_K=8, max_B=40), data=st.data())
+@given(case=hh.topk_inputs(max_bs=6, max_L=limits.MAX_DEPTH, max_K=8, max_B=40), data=st.data())
 def test_batch_invariant(impl, case, data):
     full = run(impl, case)
     b = data.draw(st.integers(0, case.top_logp.shape[0] - 1), label="request")
@@ -443,12 +476,14 @@ def test_batch_invariant(impl, case, data):
 FALLBACK_CASES = hh.select_fallback_cases()
 
 
-@pytest.mark.spec("TB.2.1", "TB.2.3")
+@pytest.mark.spec(*tree_results.CLAUSES)
 @pytest.mark.parametrize("name", sorted(FALLBACK_CASES))
 def test_inputs_that_force_the_select_fallback(impl, name):
     """Inputs on which a selection shortcut goes wrong (unstable sibling chains) or overflows (ties everywhere):
     every implementation is still the reference, bit for bit. test_select_fallback_is_taken shows that both
     select kernels replay on them; their mutants without the replay or the chain check fail here."""
+    from reference import tree_build as ref
+
     case = FALLBACK_CASES[name]
     want = ref.tree_build(**case.args)
     if name == "unstable_chains":  # the input does what it claims: the shortcut misses nodes of the tree
@@ -503,7 +538,7 @@ def test_select_fallback_is_taken(variant):
 
 
 @pytest.mark.gpu
-@pytest.mark.spec("TB.2.3")
+@pytest.mark.spec(*tree_results.CLAUSES)
 @pytest.mark.parametrize("B, L, K", [(12, 4, 6), (520, 3, 24)])
 def test_race_beyond_a_wave_replays_alone(B, L, K):
     """For more requests than a wave of races (one per SM, two at B >= 512) select_race hands the batch to the
@@ -527,7 +562,7 @@ def test_race_beyond_a_wave_replays_alone(B, L, K):
 
 
 @pytest.mark.gpu
-@pytest.mark.spec("TB.2.3")
+@pytest.mark.spec(*tree_results.CLAUSES)
 @pytest.mark.parametrize("variant", SELECT_VARIANTS)
 @pytest.mark.parametrize("B", [16, 64, 256, 1024])
 def test_select_path_serves_drafter_like_inputs(variant, B):

@@ -18,7 +18,7 @@ def check_setup(*, L, V, K, budget, H, logits_dtype) -> dict:
     out["K"] = c.integer("K", K, 1, min(limits.MAX_TOPK, out["V"]))
     out["budget"] = c.integer("budget", budget, 1, limits.MAX_BUDGET)
     out["H"] = c.integer("H", H, 1, limits.MAX_HEADS)
-    if logits_dtype not in LOGITS_DTYPES:
+    if not isinstance(logits_dtype, str) or logits_dtype not in LOGITS_DTYPES:  # a list is no name (nor hashable)
         c.fail("logits_dtype", f"{logits_dtype!r}, expected one of {', '.join(LOGITS_DTYPES)}")
     out["logits_dtype"] = LOGITS_DTYPES[logits_dtype]
     return out
@@ -39,5 +39,10 @@ def check_round_input(name: str, shape, dtype, buffers: dict) -> None:
     if name not in buffers:
         c.fail(name, f"not an input of a round (they are {', '.join(buffers)})")
     want_shape, want_dtype = buffers[name]
-    if tuple(shape) != tuple(want_shape) or np.dtype(dtype) != want_dtype:
-        c.fail(name, f"shape {tuple(shape)} dtype {np.dtype(dtype)}, expected {tuple(want_shape)} {want_dtype}")
+    try:
+        got = np.dtype(dtype)
+    except TypeError:  # not a dtype at all ("bogus"): named as given, in the same message
+        got = None
+    if tuple(shape) != tuple(want_shape) or got != want_dtype:
+        shown = got if got is not None else f"{dtype!r} (not a dtype)"
+        c.fail(name, f"shape {tuple(shape)} dtype {shown}, expected {tuple(want_shape)} {want_dtype}")

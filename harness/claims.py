@@ -26,6 +26,8 @@ PROMISED_BY = {
     "TB.4.2": ("batch_invariant",),
     "TV.3.3": ("batch_invariant",),
     "TA.4.1": ("deterministic", "batch_invariant"),
+    "DT.4.1": ("deterministic",),
+    "DT.4.2": ("batch_invariant",),
 }
 _ACTIVE: contextvars.ContextVar = contextvars.ContextVar("kdtr_declaring_impl", default=None)
 

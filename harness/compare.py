@@ -10,10 +10,13 @@ mismatch, and a repro hint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping
 
 import numpy as np
+
+from . import verdict
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 WINDOW = 4
@@ -97,16 +100,26 @@ class Mismatch:
 
 def _fmt(v, dt: np.dtype) -> str:
     arr = np.asarray(v, dtype=dt).reshape(1)
-    return (
-        f"{arr[0]!r} (0x{int(_bits(arr)[0]):0{dt.itemsize * 2}x})" if is_float(dt) or dt.kind == "c" else repr(arr[0])
-    )
+    # decimal as numpy prints it (the shortest string that reads back: 1.0000001, not np.float32(1.0000001)),
+    # and a float's bits in hex beside it
+    return f"{arr[0]} (0x{int(_bits(arr)[0]):0{dt.itemsize * 2}x})" if is_float(dt) or dt.kind == "c" else str(arr[0])
 
 
 def _window(actual: np.ndarray, expected: np.ndarray, flat: int) -> str:
-    a, e = _bits(actual).reshape(-1), _bits(expected).reshape(-1)
+    """Elements around the first mismatch: floats as their bits in hex (bit-exactness is about bits), integers
+    and bools in decimal (what a reader compares)."""
+    hexed = is_float(actual.dtype) or actual.dtype.kind == "c"
+    if hexed:
+        a, e = _bits(actual).reshape(-1), _bits(expected).reshape(-1)
+    else:
+        a, e = actual.reshape(-1).astype(np.int64), expected.reshape(-1).astype(np.int64)
     lo, hi = max(0, flat - WINDOW), min(a.size, flat + WINDOW + 1)
-    w = a.dtype.itemsize * 2
-    row = lambda x: " ".join(f"{int(v):0{w}x}" for v in x[lo:hi])
+    if hexed:
+        w = a.dtype.itemsize * 2
+        row = lambda x: " ".join(f"{int(v):0{w}x}" for v in x[lo:hi])
+    else:
+        w = max(len(str(int(v))) for v in np.concatenate([a[lo:hi], e[lo:hi]]))
+        row = lambda x: " ".join(f"{int(v):>{w}d}" for v in x[lo:hi])
     caret = " ".join(("^" * w) if i == flat else (" " * w) for i in range(lo, hi))
     return (
         f"  flat[{lo}:{hi}] actual   {row(a)}\n  {' ' * len(f'flat[{lo}:{hi}]')} expected {row(e)}\n"
@@ -168,9 +181,9 @@ def check_bit_exact(actual, expected, *, what: str, spec_id: str | None = None, 
 
 def assert_bit_exact(actual, expected, *, what: str, spec_id: str | None = None, context=None) -> None:
     __tracebackhide__ = True
-    m = check_bit_exact(actual, expected, what=what, spec_id=spec_id, context=context)
-    if m is not None:
-        raise AssertionError(m.format())
+    with _blamed_on(spec_id):  # a dtype or shape that differs fails the clause too
+        m = check_bit_exact(actual, expected, what=what, spec_id=spec_id, context=context)
+    _raise_or_pass(m, spec_id)
 
 
 def check_close(
@@ -219,10 +232,26 @@ def assert_close(
     context=None,
 ) -> None:
     __tracebackhide__ = True
-    m = check_close(
-        actual, expected, what=what, max_ulp=max_ulp, rtol=rtol, atol=atol, spec_id=spec_id, context=context
-    )
-    if m is not None:
+    with _blamed_on(spec_id):
+        m = check_close(
+            actual, expected, what=what, max_ulp=max_ulp, rtol=rtol, atol=atol, spec_id=spec_id, context=context
+        )
+    _raise_or_pass(m, spec_id)
+
+
+def _blamed_on(spec_id: str | None):
+    """Failures of the preconditions (dtype, shape) are the clause's failures as well."""
+    return contextlib.nullcontext() if spec_id is None else verdict.clause(spec_id)
+
+
+def _raise_or_pass(m: Mismatch | None, spec_id: str | None) -> None:
+    """A mismatch fails its clause (harness/verdict.py); no mismatch is a passed check of it."""
+    __tracebackhide__ = True
+    if m is None:
+        verdict.passed(spec_id)
+    elif spec_id:
+        raise verdict.ClauseFailure(spec_id, m.format())
+    else:
         raise AssertionError(m.format())
 
 
@@ -245,5 +274,4 @@ def assert_cosine(actual, expected, *, what: str, spec_id: str, max_cos_diff: fl
 
         max_cos_diff = spec.clause(spec_id).tolerance()["max_cos_diff"]
     d = cosine_diff(actual, expected)
-    if not d <= max_cos_diff:
-        raise AssertionError(f"[{spec_id}] {what}: 1 - cosine similarity = {d:.3g} > {max_cos_diff:g}")
+    verdict.expect(d <= max_cos_diff, spec_id, f"{what}: 1 - cosine similarity = {d:.3g} > {max_cos_diff:g}")

@@ -193,6 +193,7 @@ def draft_topk_cases():
         "fp32_near_max": (2, 2, 12, 12, np.float32, "huge"),
         "bf16_one_finite": (2, 2, 64, 4, bf16, "one_finite"),
         "kimi_vocab_bf16": (1, 1, 163_840, 64, bf16, "normal"),
+        "fp16_subnormals": (2, 3, 48, 8, np.float16, "subnormal"),
     }.items():
         logits = hh.logit_rows(rng, (bs, L, V), dtype, style)
         yield _fixture(

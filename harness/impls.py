@@ -79,6 +79,11 @@ class Impl:
     def __repr__(self):
         return f"Impl({self.name})"
 
+    def _repr_pretty_(self, p, cycle) -> None:
+        """hypothesis prints a falsifying example's arguments with its pretty printer, which spells out a
+        dataclass field by field (twenty lines of loaders): the name is what identifies the implementation."""
+        p.text(repr(self.name))
+
 
 def _reference() -> Impl:
     import importlib
@@ -238,7 +243,8 @@ def on_gpu(name: str) -> bool:
 
 def report_columns(name: str) -> tuple[str, str]:
     """(impl, variant) columns of the report: `cuda:heap_smem` -> (cuda, heap_smem); an external one is
-    shown by its own name (an entry point's, or the Implementation's for module:attribute) and version."""
+    shown by the name its Implementation gives itself, however it was reached (module:attribute or an entry
+    point of another name), with no variant (its version is in the per-implementation table)."""
     if name.startswith("cuda:"):
         return "cuda", name.removeprefix("cuda:")
     if name not in names() and external.looks_external(name):
@@ -246,7 +252,7 @@ def report_columns(name: str) -> tuple[str, str]:
             ext = external.load(name)
         except external.NotFound:
             return name, "-"
-        return (name if name in external.entry_points() or name in external.SHIPPED else ext.name), ext.version
+        return ext.name, "-"
     return name, "-"
 
 

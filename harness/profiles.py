@@ -26,8 +26,13 @@ FUZZ_SECONDS = {QUICK: 10}  # any other profile: 60
 
 
 def register() -> None:
-    settings.register_profile(QUICK, max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # print_blob everywhere: a failure's report carries its @reproduce_failure line, a case to paste
+    settings.register_profile(
+        QUICK, max_examples=10, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.register_profile(
+        "dev", max_examples=30, deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow]
+    )
     settings.register_profile(
         "ci",
         settings.get_profile("ci"),

@@ -15,18 +15,30 @@ import collections
 import datetime
 import json
 import pathlib
+import re
 
 import pytest
 
-from . import claims, device, impls, profiles, skip_summary, spec
+import contract
+
+from . import claims, device, impls, profiles, skip_summary, spec, verdict
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-RANK = {"failed": 4, "passed": 3, "xfailed": 2, "not_claimed": 1, "skipped": 0}
+# "not_reached": a clause of a failed test that failed on another clause before any check of this one ran
+RANK = {"failed": 5, "passed": 4, "xfailed": 3, "not_reached": 2, "not_claimed": 1, "skipped": 0}
 QUICK_NOTE = (
     "Quick profile: reduced budgets (10 hypothesis examples a property, 5 for the heavy ones, 10 s fuzz runs, the "
     "long cases on GPU implementations only); the full ones: `make conformance PROFILE=ci` (harness/profiles.py)."
 )
-STATUS = {"passed": "pass", "failed": "fail", "xfailed": "xfail", "not_claimed": "not claimed", "skipped": "skip"}
+STATUS = {
+    "passed": "pass",
+    "failed": "fail",
+    "xfailed": "xfail",
+    "not_reached": "not reached",
+    "not_claimed": "not claimed",
+    "skipped": "skip",
+}
+FAILURES_KEPT = 3  # failing tests named per row
 
 
 def pytest_addoption(parser):
@@ -47,6 +59,7 @@ class _Collector:
         self.fits: dict[str, dict] = {}  # KB.1.7: each compiled entry against its arch's limits
         self.arch_runs: dict[str, dict] = {}  # per arch: the variants that run there, tree_verify's tile
         self.tests = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "not_claimed": 0}
+        self.notes: list[str] = []  # failures that could not be pinned on one clause (harness bugs to fix)
         self.workers: dict[str, str | None] = {}  # xdist worker -> CUDA_VISIBLE_DEVICES it ran with
         self.skips: collections.Counter = collections.Counter()  # every skipped test's reason (spec'd or not)
         self.data: dict | None = None
@@ -76,15 +89,29 @@ class _Collector:
         elif outcome == "skipped":
             self.skips[reason or "(no reason given)"] += 1
         self.tests[outcome] += 1
-        for sid in props.get("spec_ids", ()):
+        per_clause = props.get("clause_outcomes") or {}
+        failure = props.get("failure")
+        if failure and failure.get("note"):
+            self.notes.append(f"{failure['test']}: {failure['note']}")
+        for sid in dict.fromkeys([*props.get("spec_ids", ()), *per_clause]):
+            mine = per_clause.get(sid, outcome) if outcome in ("failed", "passed") else outcome
+            if mine == "unchecked":  # a checked_only test that never checked this clause answers nothing for it
+                continue
             key = (sid, props.get("impl", "-"), props.get("device", "cpu"))
-            row = self.rows.setdefault(key, {**dict.fromkeys(RANK, 0), "skip_reasons": [], "not_claimed_reasons": []})
-            row[outcome] += 1
-            kept = {"skipped": "skip_reasons", "not_claimed": "not_claimed_reasons"}.get(outcome)
-            if kept and reason:
-                reason = reason.removeprefix(claims.NOT_CLAIMED)
-                if reason not in row[kept] and len(row[kept]) < 3:
-                    row[kept].append(reason)
+            row = self.rows.setdefault(
+                key, {**dict.fromkeys(RANK, 0), "skip_reasons": [], "not_claimed_reasons": [], "failures": []}
+            )
+            row[mine] += 1
+            if mine == "failed" and failure and len(row["failures"]) < FAILURES_KEPT:
+                row["failures"].append({k: failure[k] for k in ("test", "clauses", "message", "case")})
+            why = reason
+            if mine == "not_reached" and failure:
+                why = f"{failure['test']} failed on {', '.join(failure['clauses'])} first"
+            kept = {"skipped": "skip_reasons", "not_claimed": "not_claimed_reasons", "not_reached": "skip_reasons"}
+            if kept.get(mine) and why:
+                why = why.removeprefix(claims.NOT_CLAIMED)
+                if why not in row[kept[mine]] and len(row[kept[mine]]) < 3:
+                    row[kept[mine]].append(why)
 
     @pytest.hookimpl
     def pytest_terminal_summary(self, terminalreporter):
@@ -143,17 +170,20 @@ class _Collector:
                     **{k: r[k] for k in RANK},
                     "skip_reasons": r["skip_reasons"],
                     "not_claimed_reasons": r["not_claimed_reasons"],
+                    "failures": r["failures"],
                 }
             )
         covered = {r["clause"] for r in rows}
         summary = {
-            s: sum(1 for r in rows if r["status"] == s) for s in ("pass", "fail", "skip", "xfail", "not claimed")
+            s: sum(1 for r in rows if r["status"] == s)
+            for s in ("pass", "fail", "skip", "xfail", "not claimed", "not reached")
         }
         summary["tests"] = self.tests
         summary["clauses_without_result"] = sorted(set(reg) - covered)
         summary["not_checked"] = skip_summary.not_checked(rows)
         summary["skip_groups"] = skip_summary.group_rows(rows)
         summary["by_impl"] = by_impl(rows, self.config.getoption("--impl", default=None))
+        summary["unpinned_failures"] = self.notes
         return {
             "environment": {
                 "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -193,8 +223,9 @@ def by_impl(rows: list[dict], selected) -> dict:
             continue
         key = _impl_key(r["impl"], r.get("variant", "-"))
         e = out.setdefault(key, {"pass": [], "fail": [], "not claimed": [], "skip": [], "xfail": []})
-        if r["clause"] not in e[r["status"]]:
-            e[r["status"]].append(r["clause"])
+        status = "skip" if r["status"] == "not reached" else r["status"]  # no check of it ran: as good as skipped
+        if r["clause"] not in e[status]:
+            e[status].append(r["clause"])
     for name in dict.fromkeys(selected or ()):
         try:
             impl = impls.get(name)
@@ -203,9 +234,10 @@ def by_impl(rows: list[dict], selected) -> dict:
         if impl.declaration is None:
             continue
         key = _impl_key(*impls.report_columns(name))
-        out.setdefault(key, {"pass": [], "fail": [], "not claimed": [], "skip": [], "xfail": []})["declares"] = {
-            op: caps.describe() for op, caps in impl.declaration.items()
-        }
+        e = out.setdefault(key, {"pass": [], "fail": [], "not claimed": [], "skip": [], "xfail": []})
+        e["declares"] = {op: caps.describe() for op, caps in impl.declaration.items()}
+        e["version"] = impl.version
+        e["ops_not_provided"] = [op for op in contract.OPS if op not in impl.declaration]
     # a clause failing in one row and passing in another (two devices) counts as failing
     for e in out.values():
         for worse, better in (("fail", "pass"), ("fail", "not claimed"), ("pass", "not claimed"), ("pass", "skip"),
@@ -272,11 +304,18 @@ def render_markdown(data: dict) -> str:
         if r.get("not_claimed"):
             nc = f"{r['not_claimed']} test(s) not claimed: {'; '.join(r.get('not_claimed_reasons', []))}"[:200]
             note = f"{note}; {nc}" if note else nc
+        if r.get("not_reached"):
+            nr = f"not reached in {r['not_reached']} failed test(s): {'; '.join(r['skip_reasons'])}"[:200]
+            note = f"{note}; {nr}" if note else nr
+        if r.get("failures"):
+            fl = "; ".join(f"`{short_test(f['test'])}`: {first_line(f['message'])}" for f in r["failures"])
+            note = f"{fl}; {note}" if note else fl
         lines.append(
             f"| {r['clause']} | {r['title']} | {r['accuracy']} | {r['impl']} | {r.get('variant', '-')} | "
             f"{r['device']} | "
             f"**{r['status']}** | {r['passed']}/{r['failed']}/{r['skipped']} | {note} |"
         )
+    lines += failures_markdown(data["rows"], s.get("unpinned_failures") or [])
     lines += skip_summary.markdown(data["rows"])
     if data["kernel_resources"]:
         lines += [
@@ -322,6 +361,40 @@ def render_markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def short_test(nodeid: str) -> str:
+    """A test id without its folder (the file and the parameters are what tell tests apart)."""
+    return nodeid.rsplit("/", 1)[-1]
+
+
+def first_line(message: str, width: int = 140) -> str:
+    """The first informative line of a failure message, for a table cell."""
+    lines = [x.strip() for x in message.splitlines() if x.strip()]
+    text = " / ".join(lines[:3])
+    text = text.replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def failures_markdown(rows: list[dict], unpinned: list[str]) -> list[str]:
+    """Each failing row's tests in full: the test id to rerun, the message's head and the case to paste."""
+    failing = [r for r in rows if r["status"] == "fail" and r.get("failures")]
+    if not failing and not unpinned:
+        return []
+    lines = ["", "## Failures", ""]
+    for r in failing:
+        lines.append(f"### {r['clause']} {r['title']} — {_impl_key(r['impl'], r.get('variant', '-'))}, {r['device']}")
+        lines.append("")
+        for f in r["failures"]:
+            lines += [f"- `{f['test']}`", "", "  ```"]
+            lines += [f"  {x}" for x in f["message"].splitlines()[:12]]
+            if f.get("case"):
+                lines += ["  --- case", *(f"  {x}" for x in f["case"].splitlines()[:40])]
+            lines += ["  ```", ""]
+    if unpinned:
+        lines += ["Failures not pinned on one clause (each blamed on every clause of its test):", ""]
+        lines += [f"- {n}" for n in unpinned] + [""]
+    return lines
+
+
 def mutants_markdown(mutants: dict) -> list[str]:
     """The report's mutant table: each mutant with the test that killed it, or why it was not killed."""
     killed = sum(1 for v in mutants.values() if v["killed"])
@@ -353,10 +426,84 @@ def impl_summary_markdown(by: dict) -> list[str]:
     ]
     for name, e in by.items():
         declares = "; ".join(f"{op}: {d}" for op, d in (e.get("declares") or {}).items()) or "—"
-        cells = [", ".join(e[k]) or "—" for k in ("pass", "fail", "not claimed", "skip")]
+        if e.get("version"):
+            declares = f"version {e['version']}; {declares}"
+        absent = e.get("ops_not_provided") or []
+        nc = ", ".join(e["not claimed"] + ([f"{'/'.join(absent)} (not provided)"] if absent else []))
+        cells = [", ".join(e["pass"]) or "—", ", ".join(e["fail"]) or "—", nc or "—", ", ".join(e["skip"]) or "—"]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {declares} |")
     return [*lines, ""]
 
 
 def pytest_configure(config):
     config.pluginmanager.register(_Collector(config), "kdtr-conformance-report")
+
+
+def pytest_runtest_setup(item):
+    verdict.reset()  # the passed checks are counted per test
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's verdict clause by clause (harness/verdict.py), and the failure the report names: the
+    test id, the message's head, the case to paste. Computed here, where the exception is at hand; it reaches
+    the report (and the xdist controller) in the report's user_properties."""
+    report = yield
+    if call.when != "call" or hasattr(report, "wasxfail"):
+        return report
+    props = dict(p for p in item.user_properties if isinstance(p, tuple) and len(p) == 2)
+    ids = list(props.get("spec_ids", [i for m in item.iter_markers("spec") for i in m.args]))
+    if report.passed and verdict.is_checked_only():
+        report.user_properties.append(("clause_outcomes", verdict.passed_outcomes(ids, verdict.reached(), True)))
+    if not report.failed or call.excinfo is None:
+        return report
+    exc = call.excinfo.value
+    per_clause, note = verdict.outcomes(ids, exc, verdict.reached(), verdict.is_checked_only())
+    failed = [c for c, o in per_clause.items() if o == "failed"]
+    report.user_properties.append(("clause_outcomes", per_clause))
+    culprit = _culprit(exc, set(failed))
+    report.user_properties.append(
+        (
+            "failure",
+            {
+                "test": item.nodeid,
+                "clauses": failed,
+                "message": _message(culprit),
+                "case": _case(exc, culprit),
+                "note": note,
+            },
+        )
+    )
+    return report
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _culprit(exc: BaseException, failed: set[str]) -> BaseException:
+    """The exception to show: the first (of a hypothesis group of distinct failures) naming a failed clause."""
+    leaves = _leaves(exc)
+    return next((e for e in leaves if getattr(e, verdict.ATTR, None) in failed), leaves[0])
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if not isinstance(exc, AssertionError):
+        text = f"{type(exc).__name__}: {text}"
+    return "\n".join(text.splitlines()[:12])[:2000]
+
+
+def _case(exc: BaseException, culprit: BaseException) -> str:
+    """What reproduces the failure: hypothesis's falsifying example and its @reproduce_failure (or @seed)
+    line, from the exception's notes; empty for a parametrized test, whose id is its case."""
+    notes = [n for e in (culprit, exc) for n in getattr(e, "__notes__", ())]
+    keep = []
+    for n in notes:
+        if n.startswith(("Falsifying", "Failing")):  # hypothesis's wordings: example, explicit example, test case
+            keep.append(n)
+        for m in re.finditer(r"@(?:reproduce_failure|seed)\([^)]*\)", n):
+            keep.append(m.group(0))
+    return "\n".join(dict.fromkeys(keep))[:6000]

@@ -59,8 +59,11 @@ def kdtr_contents():
 
 # ------------------------------------------------------------------------------------------- tree_build
 def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> np.ndarray:
-    """Sorted (non-increasing) log-prob rows. 'bf16' and 'coarse' make ties common."""
+    """Sorted (non-increasing) log-prob rows. 'bf16' and 'coarse' make ties common; 'ranks' (rank r costs r/2 at
+    every depth, rank 0 certain) ties every rank tuple of one rank sum, at every depth down to L."""
     raw = -rng.exponential(2.0, shape)
+    if style == "ranks":
+        raw = np.broadcast_to(-0.5 * np.arange(shape[-1]), shape).copy()
     if style == "bf16":
         raw = raw.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
     elif style == "coarse":
@@ -79,20 +82,21 @@ def logp_rows(rng: np.random.Generator, shape, style: str, inf_frac: float) -> n
 
 @st.composite
 def topk_inputs(draw, max_bs=4, max_L=4, max_K=4, max_B=24, max_candidates=None, max_prefix=70):
+    """tree_build cases. With `max_candidates` (a brute-force oracle's bound), the depth is cut until the tree's
+    candidates at its effective top-k K = min(B, K_in) fit: deep trees come with small K or small budgets."""
     if claims.declared("tree_build") is None:
         bs = draw(st.integers(1, max_bs), label="bs")
-    else:  # inside the declaration of the implementation under test (batch size here, budget below)
+        B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
+    else:  # inside the declaration of the implementation under test (batch size and budget)
         bs = draw(st.sampled_from(claims.fit("tree_build", "bs", range(1, max_bs + 1))), label="bs")
+        B = draw(st.sampled_from(claims.fit("tree_build", "budget", range(0, max_B + 1))), label="B")
     L = draw(st.integers(0, max_L), label="L")
     K_in = draw(st.integers(0 if L == 0 else 1, max_K), label="K_in")
     if max_candidates is not None:
-        while L > 1 and sum(K_in**d for d in range(1, L + 1)) > max_candidates:
+        K = max(1, min(B, K_in))
+        while L > 1 and sum(K**d for d in range(1, L + 1)) > max_candidates:
             L -= 1
-    if claims.declared("tree_build") is None:
-        B = draw(st.one_of(st.sampled_from([0, 1, 2]), st.integers(0, max_B)), label="B")
-    else:
-        B = draw(st.sampled_from(claims.fit("tree_build", "budget", range(0, max_B + 1))), label="B")
-    style = draw(st.sampled_from(["bf16", "coarse", "continuous", "wide"]), label="style")
+    style = draw(st.sampled_from(["bf16", "coarse", "continuous", "wide", "ranks"]), label="style")
     inf_frac = draw(st.sampled_from([0.0, 0.0, 0.3, 1.0]), label="inf_frac")
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     lp = logp_rows(rng, (bs, L, K_in), style, inf_frac)
@@ -163,13 +167,26 @@ def select_fallback_cases() -> dict[str, Case]:
 LOGIT_DTYPES = (ml_dtypes.bfloat16, np.float16, np.float32)
 # How a row's logits are drawn: each style hunts one boundary of spec/draft_topk.md (ties in the dtype, ±0.0,
 # -inf tails shorter and longer than K, rows of -inf only, values at the dtype's largest, one finite logit).
-LOGIT_STYLES = ("normal", "ties", "signed_zeros", "inf_tail", "all_inf", "huge", "one_finite")
+LOGIT_STYLES = ("normal", "ties", "signed_zeros", "inf_tail", "all_inf", "huge", "one_finite", "subnormal")
 
 
 def dtype_max(dtype) -> float:
     """The dtype's largest finite value (bf16's from ml_dtypes)."""
+    return float(_finfo(dtype).max)
+
+
+def _finfo(dtype):
     dt = np.dtype(dtype)
-    return float(ml_dtypes.finfo(dt).max) if dt.name == "bfloat16" else float(np.finfo(dt).max)
+    return ml_dtypes.finfo(dt) if dt.name == "bfloat16" else np.finfo(dt)
+
+
+def subnormal_pool(dtype) -> np.ndarray:
+    """Values of `dtype` around its subnormal range (float64, exact in the dtype): the smallest subnormals and a
+    few multiples of them (both signs), the largest subnormal, the smallest normal, ±0 and two ordinary values."""
+    fi = _finfo(dtype)
+    tiny, normal = float(fi.smallest_subnormal), float(fi.smallest_normal)
+    return np.array([tiny, -tiny, 2 * tiny, 3 * tiny, -5 * tiny, 100 * tiny, normal - tiny, normal, -normal, 0.0, -0.0,
+                     1.0, -1.0])  # fmt: skip
 
 
 def logit_rows(rng: np.random.Generator, shape, dtype, style: str) -> np.ndarray:
@@ -189,6 +206,8 @@ def logit_rows(rng: np.random.Generator, shape, dtype, style: str) -> np.ndarray
         x = np.where(rng.random(shape[:-1] + (1,)) < 0.5, -np.inf, x)
     elif style == "huge":  # the dtype's largest values and their halves, both signs, beside small ones
         x = rng.choice([big, -big, big / 2, -big / 2, 1.0, 0.0, -np.inf], shape)
+    elif style == "subnormal":  # the dtype's subnormals beside ±0, its smallest normals and ordinary values
+        x = rng.choice(subnormal_pool(dtype), shape)
     elif style == "one_finite":  # one finite logit per row, anywhere in the dtype's range, -inf elsewhere
         x = np.full(shape, -np.inf)
         where = rng.integers(0, V, shape[:-1])
@@ -199,13 +218,25 @@ def logit_rows(rng: np.random.Generator, shape, dtype, style: str) -> np.ndarray
 
 @st.composite
 def logits_cases(draw, max_bs=3, max_L=3, max_V=300):
-    """draft_topk cases: a dtype, a style (LOGIT_STYLES), V from 1 (with K = V and K = 1 common), a seed."""
-    dtype = draw(st.sampled_from(LOGIT_DTYPES), label="dtype")
+    """draft_topk cases: a dtype, a style (LOGIT_STYLES), V from 1 (with K = V and K = 1 common), a seed; under a
+    declaration, only the dtypes, bs, L, V and K it takes (harness/claims.py)."""
     style = draw(st.sampled_from(LOGIT_STYLES), label="style")
-    bs = draw(st.integers(1, max_bs), label="bs")
-    L = draw(st.integers(0, max_L), label="L")
-    V = draw(st.one_of(st.sampled_from([1, 2, 3, 8, 33]), st.integers(1, max_V)), label="V")
-    K = draw(st.one_of(st.sampled_from([1, V]), st.integers(1, min(V, 64))), label="K")
+    if claims.declared("draft_topk") is None:
+        dtype = draw(st.sampled_from(LOGIT_DTYPES), label="dtype")
+        bs = draw(st.integers(1, max_bs), label="bs")
+        L = draw(st.integers(0, max_L), label="L")
+        V = draw(st.one_of(st.sampled_from([1, 2, 3, 8, 33]), st.integers(1, max_V)), label="V")
+        K = draw(st.one_of(st.sampled_from([1, V]), st.integers(1, min(V, 64))), label="K")
+    else:  # inside the declaration of the implementation under test
+        caps = claims.declared("draft_topk")
+        taken = [d for d in LOGIT_DTYPES if caps.dtypes is None or claims.dtype_name(d) in caps.dtypes]
+        dtype = draw(st.sampled_from(taken), label="dtype")  # a declaration names at least one (adapters.protocol)
+        bs = draw(st.sampled_from(claims.fit("draft_topk", "bs", range(1, max_bs + 1))), label="bs")
+        L = draw(st.sampled_from(claims.fit("draft_topk", "L", range(0, max_L + 1))), label="L")
+        Ks = claims.fit("draft_topk", "K", range(1, 65), "K in 1..64")
+        Vs = claims.fit("draft_topk", "V", range(min(Ks), max_V + 1), f"V in {min(Ks)}..{max_V}")
+        V = draw(st.sampled_from(Vs), label="V")
+        K = draw(st.sampled_from(claims.fit("draft_topk", "K", [k for k in Ks if k <= V] or [V])), label="K")
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1), label="seed"))
     return topk_logits_case(logit_rows(rng, (bs, L, V), dtype, style), K)
 

@@ -78,3 +78,9 @@ class KdtrError(Exception):
         if name:
             where += f' "{name}"'
         super().__init__(f"KDTR {self.code.tag} {self.code.name}{where}: {message}")
+
+
+class KdtrArgumentError(KdtrError, TypeError):
+    """`kdtr.loads` given something that is not a bytes-like object at all (a str, an int, None): a KdtrError
+    like every other refusal of a reader (code E90 IO: there is nothing to read as a file), and a TypeError, as
+    the caller's bug it is."""

@@ -19,7 +19,7 @@ import zlib
 
 import numpy as np
 
-from .errors import Code, KdtrError, sanitize
+from .errors import Code, KdtrArgumentError, KdtrError, sanitize
 
 MAGIC = b"\x89KDTR\r\n\x1a"
 INDEX_MAGIC = b"KDIX"
@@ -216,9 +216,10 @@ def _byte_view(buf):
     try:
         return memoryview(buf).cast("B")
     except TypeError:
-        raise TypeError(
+        raise KdtrArgumentError(
+            Code.IO,
             "kdtr.loads: buf must be a C-contiguous bytes-like object (bytes, bytearray, memoryview, mmap), "
-            f"not {type(buf).__name__}"
+            f"not {type(buf).__name__}",
         ) from None
 
 
@@ -235,7 +236,8 @@ def loads(buf, *, verify_data: bool = True, check_bool: bool = True, max_index_s
     """Validate `buf` (bytes, bytearray, memoryview or mmap) and return a KdtrFile over it.
 
     Any file it does not accept raises KdtrError with the check's code (FORMAT.md §3), E91 ALLOC when the
-    memory to check it cannot be had; `buf` that is not a bytes-like object raises TypeError naming it.
+    memory to check it cannot be had; `buf` that is not a bytes-like object raises KdtrError E90 naming it (a
+    KdtrArgumentError, which is a TypeError too).
     """
     view = _byte_view(buf)
     with _allocation_is_an_error("the file"):

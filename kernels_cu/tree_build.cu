@@ -187,7 +187,15 @@ __device__ __forceinline__ void build_tree(
   // ---- outputs, all threads -----------------------------------------------------------------------------
   const int race_word = kRacing ? s_race : 0;
   const bool selection_won = kRacing && race_winner(race_word) == kSelectWon;
-  const BuiltNodes built = selection_won ? selected : replayed;
+  // The replay's arrays again, from a base the compiler cannot see through: otherwise it keeps their six 64-bit
+  // addresses live across the pops, and nvcc's build of lane_cached for sm_90 spilled one to an 8-byte stack
+  // frame (KB.1.2; NVRTC's PTX did not), where recomputing them here costs a few integer adds.
+  unsigned char* out_smem = smem;
+  asm volatile("" : "+l"(out_smem));
+  const BuiltNodes again{reinterpret_cast<double*>(out_smem + lay.score), reinterpret_cast<int*>(out_smem + lay.parent),
+                         reinterpret_cast<int*>(out_smem + lay.depth), reinterpret_cast<int*>(out_smem + lay.rank),
+                         reinterpret_cast<int*>(out_smem + lay.first), reinterpret_cast<int*>(out_smem + lay.next)};
+  const BuiltNodes built = selection_won ? selected : again;
   const int n = selection_won ? race_word >> kRaceCountShift : s_count;
   const int root = root_tokens[b];
   const int P = prefix_lens[b];

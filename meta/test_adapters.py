@@ -90,6 +90,79 @@ def test_promises_name_their_clauses():
     assert claims.unpromised(caps, ["TV.3.2", "TB.4.2"]) is None  # deterministic; tree_build not declared
 
 
+def test_every_op_has_its_promise_clauses():
+    """Each op's determinism and batch-invariance clauses are in the promise table (draft_topk's too): an
+    implementation promising neither gets them not claimed, never a pass."""
+    from harness import spec
+
+    titles = {c.id: c.title for c in spec.registry().values()}
+    for op, prefix in (("tree_build", "TB"), ("tree_verify", "TV"), ("tree_accept", "TA"), ("draft_topk", "DT")):
+        needing = {cid for cid, t in titles.items() if cid.startswith(prefix + ".") and
+                   ("Determinism" in t or "Batch invariance" in t or "batch invariance" in t)}  # fmt: skip
+        assert needing and needing <= set(claims.PROMISED_BY), (op, needing)
+        none = {op: Capabilities(deterministic=False, batch_invariant=False)}
+        assert all(claims.unpromised(none, [c]) for c in needing), needing
+
+
+def test_draft_topk_strategies_draw_inside_a_declaration():
+    """A bf16-only draft_topk with V <= 50 and K in {1, 2} gets only such cases from the property strategy."""
+    from hypothesis import given, settings
+
+    impl = impls.Impl("x", "external", None, {}, declaration={
+        "draft_topk": Capabilities(dtypes=("bfloat16",), dims={"V": range(1, 51), "K": {1, 2}})})  # fmt: skip
+    seen = []
+
+    @settings(max_examples=40, database=None)
+    @given(c=hh.logits_cases())
+    def draw(c):
+        seen.append((c.logits.dtype, c.logits.shape[2], c.K))
+
+    token = claims.activate(impl)
+    try:
+        draw()
+    finally:
+        claims.deactivate(token)
+    assert seen and all(dt == contract.BF16 and V <= 50 and K in (1, 2) and K <= V for dt, V, K in seen), seen
+
+
+class _FakeDeviceArray:
+    """Stands in for a torch CUDA tensor (numpy underneath) for validate_op on a machine without torch."""
+
+    def __init__(self, a):
+        self.a, self.shape = a, a.shape
+
+    def is_contiguous(self):
+        return self.a.flags.c_contiguous
+
+
+def test_validate_op_checks_device_inputs_by_the_contract(monkeypatch):
+    """torch_inputs.validate_op: the arrays the checks read are copied to the host (a NaN in them is found), the
+    others are described by shape and dtype without a copy; the contract's error names the argument."""
+    from adapters import torch_inputs
+
+    fake = _FakeDeviceArray
+    monkeypatch.setattr(torch_inputs, "is_torch_cuda", lambda x: isinstance(x, fake))
+    monkeypatch.setattr(torch_inputs, "host", lambda x: x.a.copy())
+    monkeypatch.setattr(torch_inputs, "np_dtype", lambda x: x.a.dtype)
+    logits = np.zeros((1, 2, 8), contract.BF16)
+    checked = torch_inputs.validate_op(contract.DRAFT_TOPK, fake(logits), 3)
+    assert checked.dims["V"] == 8 and checked.args["logits"].dtype == contract.BF16
+    logits[0, 1, 5] = np.nan
+    with pytest.raises(contract.InputError, match=r"logits: NaN at \[request 0, depth 1, token 5\]"):
+        torch_inputs.validate_op(contract.DRAFT_TOPK, fake(logits), 3)
+    args = {k: fake(v) if isinstance(v, np.ndarray) else v for k, v in _case([[-1, 0, 1]]).args.items()}
+    checked = torch_inputs.validate_op(contract.TREE_VERIFY, **args)
+    assert isinstance(checked.args["kv_cache"], contract.ArrayInfo)  # the cache: no copy
+    assert isinstance(checked.args["visibility"], np.ndarray)  # read: copied
+    with pytest.raises(contract.InputError, match=r"^q: "):
+        torch_inputs.validate_op(contract.TREE_VERIFY, **{**args, "q": fake(args["q"].a[..., :512])})
+
+
+def test_capabilities_refuse_an_empty_dtype_list():
+    with pytest.raises(ValueError, match=r"dtypes=\(\) takes nothing"):
+        Implementation("x", "1", {"tree_verify": Op(_verify, Capabilities(dtypes=()))})
+
+
 def test_strategy_fitting_under_a_declaration():
     impl = impls.Impl("x", "external", None, {}, declaration={
         "tree_verify": Capabilities(dims={"page_size": {64}}, trees="chains")})  # fmt: skip
@@ -140,19 +213,14 @@ def test_report_keeps_not_claimed_apart():
 
 
 # --- the example package, for real --------------------------------------------------------------------------
-OP_FILES = (
-    "conformance/test_tree_verify.py",
-    "conformance/test_tree_build.py",
-    "conformance/test_tree_accept.py",
-    "conformance/test_draft_topk.py",
-)
-
-
-def _conformance(tmp_path, *impl_names, files=OP_FILES):
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "dev"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(EXAMPLE), env.get("PYTHONPATH")]))
+def _conformance(tmp_path, *impl_names, files=("conformance",), extra=(), profile="quick"):
+    """A conformance run of external implementations, as a user runs it: the whole selection by default (only
+    the tests of the ops they provide, boundaries and fixtures included). Returns (process, by_impl)."""
+    env = {**os.environ, "HYPOTHESIS_PROFILE": profile}
+    paths = [str(EXAMPLE), str(ROOT / "examples" / "kdtree_outsider"), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *files,
-           "--report-dir", str(tmp_path), *(f"--impl={n}" for n in impl_names)]  # fmt: skip
+           "--report-dir", str(tmp_path), *(f"--impl={n}" for n in impl_names), *extra]  # fmt: skip
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     report = tmp_path / "conformance.json"
     assert report.is_file(), f"no report ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -160,40 +228,51 @@ def _conformance(tmp_path, *impl_names, files=OP_FILES):
 
 
 def test_example_package_right_certified_wrong_fails_by_clause(tmp_path):
+    """The example's right implementation (which validates with CONTRACT.validate_host, as docs/ADAPTERS.md
+    says) passes every clause it claims through the whole selection, boundary cases included; the wrong one
+    fails the clause of each bug."""
     proc, by = _conformance(tmp_path, "kdtree_example_impl:CORRECT", "kdtree_example_impl:WRONG")
     assert proc.returncode == 1, proc.stdout[-2000:]  # the wrong one fails, so the run does
-    right, wrong = by["example-correct 0.1.0"], by["example-wrong 0.1.0"]
+    right, wrong = by["example-correct"], by["example-wrong"]
     assert right["fail"] == [], f"the right implementation fails {right['fail']}"
+    assert {"TV.1.1", "TA.1.1", "TB.1.1", "DT.1.1"} <= set(right["pass"]), "the boundary cases ran"
     assert {"TV.2.1", "TV.2.3", "TV.3.1", "TV.3.3", "TB.2.2", "TB.3.1", "TA.2.2", "TA.3.1"} <= set(right["pass"])
     assert {"TV.2.2", "TV.2.9"} <= set(right["not claimed"])  # declared float32 only
     assert "TV.2.3" in wrong["fail"], "a base-2 lse must fail the natural-log clause"
     assert "TA.2.2" in wrong["fail"], "walking siblings last-to-first must fail 'first matching sibling wins'"
-    assert "TB.2.2" in wrong["fail"], "ranking tied candidates by token id must fail the pop order"
+    # ties re-ranked by token id: the tree's shape and scores are the same, but a node's token is no longer the
+    # drafter's id at the node's rank
+    assert "TB.2.6" in wrong["fail"], "ranking tied candidates by token id must fail 'tokens[i] = top_ids[d][r]'"
     assert "DT.2.1" in wrong["fail"], "tied logits to the higher token id must fail the draft_topk order"
     assert {"DT.2.1", "DT.2.4", "DT.3.2"} <= set(right["pass"])
     assert {"TV.1.1", "TB.1.1", "TA.1.1", "DT.1.1"} <= set(wrong["pass"])  # its bad-input refusals are intact
     assert {"TV.2.2", "TV.2.9"} <= set(wrong["not claimed"])
+    assert not {"TB.1.4", "TA.1.4", "DT.1.3", "TV.3.2", "TB.4.1"} & set(wrong["fail"]), wrong["fail"]
 
 
 def test_chains_only_declaration_draws_inside_it(tmp_path):
     """A chain-only, page-64, bf16 implementation that refuses anything else (the reference behind FlashMLA's
     declaration) passes every tree_verify test the suite claims for it: the strategies and the fixed-shape
     tests fitted their inputs; what they could not fit is not claimed, never failed."""
-    proc, by = _conformance(tmp_path, "kdtree_example_impl:CHAINS_ONLY", files=("conformance/test_tree_verify.py",))
+    proc, by = _conformance(tmp_path, "kdtree_example_impl:CHAINS_ONLY", files=("conformance/test_tree_verify.py",),
+                            profile="dev")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:]
-    e = by["example-chains-only 0.1.0"]
+    e = by["example-chains-only"]
     assert e["fail"] == []
     assert {"TV.1.1", "TV.2.2", "TV.2.5", "TV.2.7", "TV.2.9", "TV.3.1", "TV.3.2", "TV.3.5"} <= set(e["pass"])
     assert {"TV.2.1", "TV.2.3", "TV.3.3"} <= set(e["not claimed"])  # fp32 clauses; no batch-invariance promise
+    assert e["ops_not_provided"] == ["tree_build", "tree_accept", "draft_topk"]
 
 
 def test_example_package_entry_points(request, tmp_path):
-    """Installed (tools/setup.sh installs it), the package's implementations are reached by name."""
+    """Installed (tools/setup.sh installs it), the package's implementations are reached by name, and shown
+    under the name they give themselves whichever way they were reached."""
     if "example-correct" not in external.entry_points():
         require = request.config.getoption("--require-tools")
         (pytest.fail if require else pytest.skip)("kdtree-example-impl is not installed (tools/setup.sh installs it)")
     assert impls.expand(["example-correct", "example-wrong"]) == ["example-correct", "example-wrong"]
-    assert impls.report_columns("example-wrong") == ("example-wrong", "0.1.0")
+    assert impls.report_columns("example-wrong") == ("example-wrong", "-")
+    assert impls.report_columns("kdtree_example_impl:WRONG") == ("example-wrong", "-")
     assert impls.get("example-correct").caps("tree_verify").dtypes == ("float32",)
 
 
@@ -375,3 +454,30 @@ def test_peers_plot_drawn_for_chains(tmp_path):
     assert plots.tree_verify_peers([case], tmp_path, plt) == {"tree_verify_peers": "tree_verify_peers.png"}
     assert (tmp_path / "tree_verify_peers.png").stat().st_size > 0
     assert plots.tree_verify_peers([{**case, "shape": {**case["shape"], "sweep": "grid"}}], tmp_path, plt) == {}
+
+
+# --- what a run reaches (harness/selection.py) ------------------------------------------------------------
+def _collected(*args) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "examples" / "kdtree_outsider"),
+                                                                      os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    cmd = [sys.executable, "-m", "pytest", "conformance", "--collect-only", "-q", "-p", "no:cacheprovider",
+           "-p", "no:xdist", *args]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return [ln for ln in proc.stdout.splitlines() if "::" in ln]
+
+
+def test_an_external_implementation_reaches_only_its_ops_tests():
+    """A tree_build-only implementation: only tests parametrized by it, of tree_build's clauses (the harness's own
+    suites and the other ops' tests are deselected); --op narrows a run of several ops to one."""
+    from harness import selection
+
+    items = _collected("--impl", "kdtree_outsider:TB_DEEP_TIES")
+    assert items and all("[impl=kdtree_outsider:TB_DEEP_TIES" in i for i in items), items[:5]
+    files = {i.split("::")[0] for i in items}
+    assert "conformance/test_kdtr.py" not in files and "conformance/test_kernels_build.py" not in files
+    assert {"conformance/test_tree_build.py", "conformance/test_boundaries.py"} <= files
+    assert not any("tree_verify" in i or "draft_topk" in i or "tree_accept" in i for i in items)
+    right = _collected("--impl", "kdtree_outsider:RIGHT", "--op", "tree_accept")
+    assert right and all("tree_build" not in i and "draft_topk" not in i and "tree_verify" not in i for i in right)
+    assert selection.ops_of(["TB.2.1", "KDTR.1.1", "DT.4.1"]) == {"tree_build", "draft_topk"}

@@ -1,5 +1,6 @@
 """Meta tests of the clause registry: parsing, coverage (every clause tested or planned), strictness."""
 
+import importlib
 import pathlib
 import re
 import subprocess
@@ -11,14 +12,18 @@ import pytest
 from harness import spec
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_MARK = re.compile(r"""spec\(((?:\s*"[A-Z]+(?:\.\d+)+"\s*,?)+)\)""")
+_MARK = re.compile(r"""spec\(((?:\s*(?:"[A-Z]+(?:\.\d+)+"|\*\w+\.[A-Z_]+)\s*,?)+)\)""")
 
 
 def _ids_in_tests() -> set[str]:
+    """The clauses the tests' spec marks name: string literals, and `*module.NAME` (a harness module's tuple of
+    the clauses one of its checks may fail, e.g. *tree_results.CLAUSES)."""
     ids = set()
     for p in (ROOT / "conformance").glob("test_*.py"):
         for m in _MARK.finditer(p.read_text()):
             ids.update(re.findall(r'"([^"]+)"', m.group(1)))
+            for module, name in re.findall(r"\*(\w+)\.([A-Z_]+)", m.group(1)):
+                ids.update(getattr(importlib.import_module(f"harness.{module}"), name))
     return ids
 
 

@@ -11,6 +11,8 @@ import numpy as np
 
 from contract.op import OpContract
 
+from .. import topk, tree_results
+
 # Every dtype an array could arrive in (a KDTR file can carry each): each one an argument does not take is
 # refused by name.
 CANDIDATE_DTYPES = tuple(
@@ -34,12 +36,14 @@ CANDIDATE_DTYPES = tuple(
 )
 # An op file larger than this is not written for the engine (the case is skipped there with the size).
 ENGINE_FILE_LIMIT = 256 << 20
-# The clause each op's accepted results are checked under (besides the check's own clause).
+# The clauses an op's accepted results are checked under (besides the check's own clause, which the case fails
+# when it is refused or crashes): each result check names its own (harness/verdict.py), and a case answers only
+# for the clauses it checked (a float32 case says nothing of the bf16 clauses).
 RESULT_CLAUSES = {
-    "tree_build": ("TB.2.1",),
-    "tree_verify": ("TV.2.7",),
-    "tree_accept": ("TA.2.1", "TA.3.1"),
-    "draft_topk": ("DT.2.1", "DT.2.4"),
+    "tree_build": tree_results.CLAUSES,
+    "tree_verify": ("TV.2.1", "TV.2.2", "TV.2.3", "TV.2.7", "TV.2.9"),
+    "tree_accept": ("TA.2.1", "TA.2.2", "TA.2.3", "TA.3.1", "TA.3.2", "TA.3.3"),
+    "draft_topk": topk.ORACLE_CLAUSES,
 }
 # The clause of the generic checks (types, dtypes, shapes, ranges) of each op.
 SHAPE_CLAUSE = {"tree_build": "TB.1.1", "tree_verify": "TV.1.1", "tree_accept": "TA.1.1", "draft_topk": "DT.1.1"}

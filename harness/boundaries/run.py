@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import contract
-from contract import InputError, limits
+from contract import InputError
 from contract.trees import parents_from_links
 
 from .core import ENGINE_FILE_LIMIT, Boundary, TooLarge
@@ -60,7 +60,11 @@ def run_case(impl, case: Boundary, args: dict):
 
 def check(impl, case: Boundary) -> None:
     """Run one boundary case on `impl`: refused naming its argument with its check's words, or accepted with
-    the result the oracle gives. Skips (with the reason) what cannot run here."""
+    the result the oracle gives. Skips (with the reason) what cannot run here. A refusal of an accepted case (or
+    a crash on it) fails the case's own clause; a wrong result fails the clause of the result's check."""
+    from harness import verdict
+
+    verdict.checked_only()
     try:
         args = case.make()
     except TooLarge as e:
@@ -73,49 +77,41 @@ def check(impl, case: Boundary) -> None:
         )
     before = {k: (np.array(v) if isinstance(v, np.ndarray) and v.nbytes < 1 << 30 else v) for k, v in args.items()}
     if case.refused_by is not None:
-        try:
-            run_case(impl, case, args)
-        except InputError as e:
-            msg = str(e)
-            assert msg.startswith(f"{case.refused_by}: "), f"[{case.clause}] {case.id}: refused naming another: {msg}"
-            assert re.search(case.words, msg), f"[{case.clause}] {case.id}: not its check's error: {msg}"
-            return
-        raise AssertionError(f"[{case.clause}] {case.id}: accepted, must be refused naming {case.refused_by}")
-    got, committed = run_case(impl, case, args)
+        with verdict.clause(case.clause):
+            try:
+                run_case(impl, case, args)
+            except InputError as e:
+                msg = str(e)
+                assert msg.startswith(f"{case.refused_by}: "), f"{case.id}: refused naming another: {msg}"
+                assert re.search(case.words, msg), f"{case.id}: not its check's error: {msg}"
+                return
+            raise AssertionError(f"{case.id}: accepted, must be refused naming {case.refused_by}")
+    with verdict.clause(case.clause):  # at the limit: accepted, without a crash
+        got, committed = run_case(impl, case, args)
     EXPECT[case.op](case, before, got, committed)
 
 
 def _expect_tree(case: Boundary, a: dict, got, _committed) -> None:
-    """Every field against the brute-force oracle (parents, depths, tokens, ranks, scores) and the layouts of
-    the oracle's parents."""
-    from harness.compare import assert_bit_exact
-    from reference import oracles
+    """Every field against the brute-force oracle's tree and its layouts, each difference failing its clause;
+    FULL_MASK request by request (it can be 2 GiB)."""
+    from harness import tree_results
     from reference.tree_build import layouts
 
     lp, ids, roots, B = a["top_logp"], a["top_ids"], a["root_tokens"], int(a["budget"])
     prefix = a.get("prefix_lens")
     prefix = np.zeros(len(roots), np.int32) if prefix is None else prefix
-    bs, D = len(roots), 1 + B
-    want = {
-        "parents": np.full((bs, D), -1, np.int32),
-        "depths": np.zeros((bs, D), np.int32),
-        "tokens": np.repeat(roots[:, None], D, axis=1).astype(np.int32),
-        "ranks": np.full((bs, D), -1, np.int32),
-        "scores": np.full((bs, D), -np.inf),
-        "n_nodes": np.ones(bs, np.int32),
-    }
-    want["scores"][:, 0] = 0.0
-    for b in range(bs):
-        par, dep, tok, rk, sc = oracles.brute_force_tree(lp[b], ids[b], B)
-        n = len(par)
-        want["n_nodes"][b] = 1 + n
-        for f, v in (("parents", par), ("depths", dep), ("tokens", tok), ("ranks", rk), ("scores", sc)):
-            want[f][b, 1 : 1 + n] = v
-    lay = layouts(want["parents"], want["depths"], want["n_nodes"], prefix)
-    want.update(zip(("visibility", "positions", "first_child", "next_sibling"), lay[:4], strict=True))
-    for f in contract.Tree.FIELDS[:-1]:
-        assert_bit_exact(np.asarray(getattr(got, f)), want[f], what=f, spec_id=case.clause)
-    _expect_full_mask(np.asarray(got.full_mask), want["visibility"], prefix, D, bool(a.get("with_full_mask")))
+    want = tree_results.oracle_tree(lp, ids, roots, B, prefix)  # without its FULL_MASK: compared below, in pieces
+    full = np.asarray(got.full_mask)
+    tree_results.check_tree(_without_full_mask(got), want, {"case": case.id})
+    vis = layouts(want.parents, want.depths, want.n_nodes, prefix)[0]
+    _expect_full_mask(full, vis, prefix, 1 + B, bool(a.get("with_full_mask")))
+
+
+def _without_full_mask(got):
+    """The result with an empty FULL_MASK (check_tree compares the rest; the mask is checked in pieces)."""
+    fields = {f: getattr(got, f) for f in contract.Tree.FIELDS}
+    fields["full_mask"] = np.zeros(0, bool)
+    return contract.Tree(**fields)
 
 
 def _expect_full_mask(got: np.ndarray, vis: np.ndarray, prefix: np.ndarray, D: int, asked: bool) -> None:
@@ -123,18 +119,19 @@ def _expect_full_mask(got: np.ndarray, vis: np.ndarray, prefix: np.ndarray, D: i
     [D, prefix_len + D] block of rows, every prefix column set, the tree columns the visibility's bits."""
     from contract.trees import unpack_visibility
     from harness.compare import assert_bit_exact
+    from harness.verdict import expect
 
     if not asked:
-        assert got.shape == (0,), f"[TB.3.4] full_mask {got.shape} without with_full_mask"
+        expect(got.shape == (0,), "TB.3.4", f"full_mask {got.shape} without with_full_mask")
         return
     sizes = D * (prefix.astype(np.int64) + D)
-    assert got.shape == (int(sizes.sum()),) and got.dtype == np.bool_, f"[TB.3.4] full_mask {got.dtype}{got.shape}"
+    expect(got.shape == (int(sizes.sum()),) and got.dtype == np.bool_, "TB.3.4", f"full_mask {got.dtype}{got.shape}")
     start = 0
     for b, n in enumerate(sizes):
         block = got[start : start + n].reshape(D, -1)
         start += int(n)
         P = int(prefix[b])
-        assert block[:, :P].all(), f"[TB.3.4] request {b}: a prefix column of full_mask is not set"
+        expect(block[:, :P].all(), "TB.3.4", f"request {b}: a prefix column of full_mask is not set")
         assert_bit_exact(block[:, P:], unpack_visibility(vis[b], D), what=f"full_mask[{b}]", spec_id="TB.3.4")
 
 
@@ -158,8 +155,9 @@ def _expect_verify(case: Boundary, a: dict, got, _committed) -> None:
     dtype = a["q"].dtype
     o64, l64 = _oracle(case.id, lambda: tree_verify_float64(**a))
     oc, lc = ("TV.2.1", "TV.2.3") if dtype == np.float32 else ("TV.2.2", "TV.2.9")
-    assert got.out.dtype == dtype and got.out.shape == a["q"].shape[:3] + (limits.LATENT,)
-    assert got.lse.dtype == np.float32 and got.lse.shape == a["q"].shape[:3]
+    from harness.tree_results import check_verified_shapes
+
+    check_verified_shapes(a["q"], got, oc, lc)
     assert_close(got.out.astype(np.float64), o64, what="out", spec_id=oc, **clause(oc).tolerance())
     assert_close(got.lse.astype(np.float64), l64, what="lse", spec_id=lc, **clause(lc).tolerance())
     for b in range(a["q"].shape[0]):
@@ -187,23 +185,22 @@ def _expect_accept(case: Boundary, a: dict, got, committed) -> None:
             u, k = kids[0], k + 1
             path[b, k], emitted[b, k - 1] = u, tok[b, u]
         n_acc[b], emitted[b, k] = k, tgt[b, u]
+    from harness import tree_results
+
+    for b in range(bs):  # a wrong step fails the walk's clause it breaks, before the fields
+        tree_results.check_walk(got, b, path[b, : n_acc[b] + 1].tolist(), par[b], tok[b], tgt[b])
     assert_bit_exact(got.accept_len, n_acc, what="accept_len", spec_id="TA.2.1")
     assert_bit_exact(got.accept_path, path, what="accept_path", spec_id="TA.2.3")
     assert_bit_exact(got.emitted, emitted, what="emitted", spec_id="TA.2.3")
     assert_bit_exact(got.bonus, tgt[np.arange(bs), path[np.arange(bs), n_acc]], what="bonus", spec_id="TA.2.3")
     pre = a.get("prefix_lens")
+    n_got = np.asarray(got.accept_len)  # the length and the commit of its own walk (a wrong walk failed above)
     assert_bit_exact(
-        got.new_lens, ((0 if pre is None else pre) + 1 + n_acc).astype(np.int32), what="new_lens", spec_id="TA.3.3"
+        got.new_lens, ((0 if pre is None else pre) + 1 + n_got).astype(np.int32), what="new_lens", spec_id="TA.3.3"
     )
     if pre is None:
         return
-    want, bt = a["kv_cache"].copy(), a["block_table"]
-    ps = want.shape[1]
-    for b in range(bs):
-        for j in range(1, int(n_acc[b]) + 1):  # sequential, increasing j, straight from the spec
-            s, d = int(pre[b]) + int(path[b, j]), int(pre[b]) + j
-            want[bt[b, d // ps], d % ps] = want[bt[b, s // ps], s % ps]
-    assert_bit_exact(np.asarray(committed), want, what="kv_cache", spec_id="TA.3.1")
+    tree_results.check_commit(committed, a["kv_cache"], a["block_table"], pre, np.asarray(got.accept_path), n_got)
 
 
 def _expect_topk(case: Boundary, a: dict, got, _committed) -> None:

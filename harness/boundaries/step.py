@@ -30,6 +30,10 @@ REFUSED = {
     "budget": (_setup(budget=0), r"budget: 0 is outside 1\.\.1024"),
     "H": (_setup(H=129), r"H: 129 is outside 1\.\.128"),
     "logits_dtype": (_setup(logits_dtype="int8"), r"logits_dtype: 'int8', expected one of float32, float16, bfloat16"),
+    "logits_dtype_list": (
+        _setup(logits_dtype=["float32"]),
+        r"logits_dtype: \['float32'\], expected one of float32, float16, bfloat16",
+    ),
     "unknown_op": (
         lambda: step_contract.check_variants({"draft": "x"}, VARIANTS),
         r"variants: draft is not an op of the step",
@@ -49,6 +53,10 @@ REFUSED = {
     "round_dtype": (
         lambda: step_contract.check_round_input("target_tokens", (2, 13), np.int64, BUFFERS),
         r"target_tokens: shape \(2, 13\) dtype int64, expected \(2, 13\) int32",
+    ),
+    "round_dtype_bogus": (
+        lambda: step_contract.check_round_input("target_tokens", (2, 13), "bogus", BUFFERS),
+        r"target_tokens: shape \(2, 13\) dtype 'bogus' \(not a dtype\), expected \(2, 13\) int32",
     ),
     "advance_without_commit": (
         lambda: ta_contract.check_advance(has_commit=False),

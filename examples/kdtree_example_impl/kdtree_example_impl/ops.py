@@ -25,7 +25,7 @@ def tree_build(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with
 def tree_build_id_ties(top_logp, top_ids, root_tokens, budget, prefix_lens=None, *, with_full_mask=False):
     """BUG: re-sorts each row by (log-prob descending, token id ascending) before building, so candidates
     with equal log-probs are ranked by token id instead of the drafter's order."""
-    TREE_BUILD.validate(top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask)
+    TREE_BUILD.validate_host(top_logp, top_ids, root_tokens, budget, prefix_lens, with_full_mask=with_full_mask)
     order = np.lexsort((top_ids, -top_logp.astype(np.float64)), axis=-1)
     lp = np.take_along_axis(top_logp, order, axis=-1)
     ids = np.take_along_axis(top_ids, order, axis=-1)
@@ -50,7 +50,7 @@ def tree_accept_pushed_front(
 ):
     """BUG: rebuilds each node's sibling list by pushing children to the front (a linked-list habit), so
     siblings are walked last to first and the last matching child wins."""
-    TREE_ACCEPT.validate(
+    TREE_ACCEPT.validate_host(
         tokens, first_child, next_sibling, target_tokens, max_depth=max_depth, kv_cache=kv_cache,
         block_table=block_table, prefix_lens=prefix_lens,
     )  # fmt: skip
@@ -62,10 +62,15 @@ def tree_accept_pushed_front(
                 ns[b, child] = fc[b, parent]
                 fc[b, parent] = child
                 child = int(next_sibling[b, child])
-    return _ref_accept.tree_accept(
-        tokens, fc, ns, target_tokens, max_depth=max_depth, kv_cache=kv_cache, block_table=block_table,
-        prefix_lens=prefix_lens,
-    )  # fmt: skip
+    # the reference's walk and commit on the rebuilt lists (its checks ran on the given ones above: backward
+    # sibling links are this bug's own, not the caller's bad input)
+    acc = _ref_accept.walk(tokens, fc, ns, target_tokens, max_depth)
+    if kv_cache is not None:
+        _ref_accept.commit(kv_cache, block_table, prefix_lens, acc)
+        acc.new_lens = (prefix_lens + 1 + acc.accept_len).astype(np.int32)
+    else:
+        acc.new_lens = (1 + acc.accept_len).astype(np.int32)
+    return acc
 
 
 # ------------------------------------------------------------------------------------------- draft_topk
@@ -79,7 +84,7 @@ def draft_topk(logits, K):
 def draft_topk_reversed_ascending(logits, K):
     """BUG: the top K taken from the end of an ascending stable sort (a common idiom), so tied logits come out
     highest token id first."""
-    checked = DRAFT_TOPK.validate(logits, K)
+    checked = DRAFT_TOPK.validate_host(logits, K)
     x = checked.args["logits"].astype(np.float64) + 0.0
     ids = np.argsort(x, axis=-1, kind="stable")[..., ::-1][..., :K]
     m = x.max(axis=-1, keepdims=True)
@@ -93,7 +98,7 @@ def draft_topk_reversed_ascending(logits, K):
 def _attention(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale, *, natural_log: bool):
     """float64 attention per request over the rows its queries see (gathered, never masked by
     multiplication, so rows no query sees cannot reach an output), rounded once to float32."""
-    checked = TREE_VERIFY.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
+    checked = TREE_VERIFY.validate_host(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
     a, d = checked.args, checked.dims
     bs, Q, H = d["bs"], d["Q"], d["H"]
     q = np.ascontiguousarray(a["q"], np.float64)
@@ -138,7 +143,7 @@ def tree_verify_base2_lse(q, kv_cache, block_table, prefix_lens, visibility, sof
 def tree_verify_chains_only(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale):
     """The reference behind the declaration a causal decode kernel makes (bf16, pages of 64, chains only): it
     refuses anything else, so a harness that sent it other inputs would fail, not pass."""
-    checked = TREE_VERIFY.validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
+    checked = TREE_VERIFY.validate_host(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale)
     Q = checked.dims["Q"]
     if checked.dims["page_size"] != 64 or str(checked.args["q"].dtype) != "bfloat16":
         raise NotImplementedError("kv_cache: pages of 64 rows and bfloat16 only")
