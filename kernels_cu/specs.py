@@ -221,7 +221,6 @@ SPECS: tuple[KernelSpec, ...] = (
         "tree_verify_sm90a_kernel",
         "tree_verify_geometry_kernel",
         256,  # tv::kSm90aThreads (the wrapper launches with the header's value)
-        defines=(("TV_PLANNED", "1"),),
         archs=("sm_90a",),
         knobs=("split_chunk",),
         batch_invariant=False,

@@ -44,7 +44,6 @@ _ENTRIES = {"bf16": ("tree_verify_bf16_kernel", "tree_verify_combine_bf16_kernel
 PORTABLE = "portable"
 PLAN_ENTRY = "tree_verify_plan_kernel"  # the deferred path's checks and split plan (portable's build)
 SM90A = "sm90a"
-PLANNED = "TV_PLANNED"  # the define of a variant whose split plan is made for the whole batch (sm90a_planned)
 # Which spec served the calls of which spec, per input kind, since the last take_served() (the conformance
 # report lists it, so a case that fell back from sm90a to portable says so).
 _SERVED: collections.Counter = collections.Counter()
@@ -94,8 +93,9 @@ def is_sm90a(spec: KernelSpec) -> bool:
 
 
 def is_planned(spec: KernelSpec) -> bool:
-    """Whether spec plans its splits for the whole batch (tree_verify.cuh's planned rule)."""
-    return spec.all_defines().get(PLANNED) == "1"
+    """Whether spec plans its splits for the whole batch (tree_verify.cuh's planned rule): the tree_verify variant
+    that declares no batch invariance (specs.py: sm90a_planned)."""
+    return not spec.batch_invariant
 
 
 def served_by(spec: KernelSpec, dtype_name: str, page_size: int) -> KernelSpec:

@@ -46,12 +46,6 @@
 
 namespace {
 
-// P·V's instruction shape: one m64n256k16 per k-step (0, the default), or four m64n64k16 (1: the shape before,
-// kept for the timing comparison in lab/tree_verify_dev.py).
-#ifndef TV_PV_N64
-#define TV_PV_N64 0
-#endif
-
 constexpr int kRows = 64;                   // rows per CTA = wgmma M
 constexpr int kBN = tv::kSm90aBlockN;       // keys per block = wgmma N of S, K of P·V
 constexpr int kSlab = tv::kSm90aSlabBytes;  // bytes per 64-column slab of a 64-row tile
@@ -141,13 +135,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint
 __device__ __forceinline__ uint64_t desc_k(uint32_t base, int c, int ks) {
   return desc_sw128(base + c * kSlab + ks * 32, 16, 1024);
 }
-#if TV_PV_N64
-// V read MN-major: one instruction spans one 64-column slab (one swizzle atom wide), k-step kk is 16 keys =
-// 16 rows of 128 bytes; only the stride between 8-key row groups (1024 bytes) is used (both offsets carry it).
-__device__ __forceinline__ uint64_t desc_v(uint32_t buf, int c, int kk) {
-  return desc_sw128(buf + c * kSlab + kk * 16 * 128, 1024, 1024);
-}
-#endif
 // V read MN-major over 256 columns, slabs c0 .. c0 + 3: the 64-column swizzle atoms follow each other a slab apart
 // (leading byte offset kSlab), 8-key row groups 1024 bytes apart (stride byte offset).
 __device__ __forceinline__ uint64_t desc_v256(uint32_t buf, int c0, int kk) {
@@ -232,29 +219,9 @@ __device__ __forceinline__ void wgmma_ss_kk(float (&d)[32], uint64_t a, uint64_t
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-#if TV_PV_N64  // the m64n64 shape of P·V (a timing comparison)
-// D[64x64] += A[64x16] · B[16x64], A K-major in shared memory (sP), B MN-major in shared memory (V).
-__device__ __forceinline__ void wgmma_ss_kmn(float (&d)[32], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", %32, %33, p, 1, 1, 0, 1;\n}\n"
-      : TV_D32(d)
-      : "l"(a), "l"(b), "r"(1));
-}
-
-// D[64x64] += A[64x16] · B[16x64], A in registers (P), B MN-major in shared memory (V).
-__device__ __forceinline__ void wgmma_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " TV_R32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-      : TV_D32(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-#endif
-
 // O[64x256] += A[64x16] · B[16x256], A in registers (P), B MN-major in shared memory (V: 4 slabs of 64 columns,
-// desc_v256). One instruction per k-step instead of four m64n64: B's 16 x 256 values are read once and A is not
-// re-issued per 64 columns.
+// desc_v256). One instruction per k-step where four m64n64 re-issued A per 64 columns (3-7 % slower on an H200:
+// lab/PERF_NOTES.md).
 __device__ __forceinline__ void wgmma_rs_mn256(float (&o)[4][32], const uint32_t (&a)[4], uint64_t b) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
@@ -491,29 +458,14 @@ __device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4],
   pin(pb);
   wg_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#if TV_PV_N64
-    if (kk) wg_fence();  // a new A fragment (else ptxas injects the fence itself)
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wgmma_rs_mn(o[n], pb[kk], desc_v(vbuf, wg * 4 + n, kk));
-#else
-    wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));
-#endif
-  }
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));
   wg_commit();
 }
 __device__ __forceinline__ void pv_smem(float (&o)[4][32], uint32_t sP, uint32_t vbuf, int wg) {
   pin(o);
   wg_fence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#if TV_PV_N64
-#pragma unroll
-    for (int n = 0; n < 4; ++n) wgmma_ss_kmn(o[n], desc_k(sP, 0, kk), desc_v(vbuf, wg * 4 + n, kk));
-#else
-    wgmma_ss_kmn256(o, desc_k(sP, 0, kk), desc_v256(vbuf, wg * 4, kk));
-#endif
-  }
+  for (int kk = 0; kk < 4; ++kk) wgmma_ss_kmn256(o, desc_k(sP, 0, kk), desc_v256(vbuf, wg * 4, kk));
   wg_commit();
 }
 
