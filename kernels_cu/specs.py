@@ -213,10 +213,10 @@ SPECS: tuple[KernelSpec, ...] = (
     KernelSpec(
         "tree_verify",
         "sm90a_planned",
-        "the sm90a kernel with its work planned for the whole batch (tree_verify.cuh's planned rule: one chunk for "
-        "every request, the one whose CTAs a time model of the launch finds fastest: one split a request where the "
-        "batch fills the GPU, short splits over every SM at bs 1); deterministic for a given batch, not "
-        "batch-invariant",
+        "the sm90a kernel with its work planned for the whole batch (tree_verify.cuh's planned schedule: each "
+        "request's splits in proportion to its length for the target of key blocks per CTA that a time model of "
+        "the launch finds fastest over 1-4 waves, one CTA per unit of a table: one split a request where the batch "
+        "fills the GPU, short splits over every SM at bs 1); deterministic for a given batch, not batch-invariant",
         "tree_verify_sm90a.cu",
         "tree_verify_sm90a_kernel",
         "tree_verify_geometry_kernel",

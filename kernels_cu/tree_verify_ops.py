@@ -8,9 +8,10 @@ that variant is served by the portable kernel (`served_by` names the spec that r
 TMA descriptor (a CUtensorMap encoded here, copied to the device with the call's other inputs).
 
 Split-KV: request b's keys are cut into chunks of `split_chunk` keys (default: the header's rule, from the
-request's own length and Q·H; for the planned variant sm90a_planned, the header's planned rule, one chunk for the
-whole batch from every request's length and the GPU's SMs); a request with one chunk is written by the attention
-kernel directly, the others get partial-output slots that the combine kernel merges in chunk order.
+request's own length and Q·H; for the planned variant sm90a_planned, the header's planned schedule, made from every
+request's length and the GPU's SMs: each request's chunk and a unit table of CTAs); a request with one chunk is
+written by the attention kernel directly, the others get partial-output slots that the combine kernel merges in
+chunk order.
 """
 
 from __future__ import annotations
