@@ -53,6 +53,10 @@ class DeviceArray:
         if strides is not None and tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
             raise InputError(f"{arg}: device arrays must be C-contiguous")
 
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
     def host(self) -> np.ndarray:
         """A host copy, for validation of small index and score arrays."""
         if self.lib == "torch":

@@ -116,9 +116,8 @@ class Step:
             result = self._ops[slug].outputs()
             for field in type(result).FIELDS:
                 d = DeviceArray(getattr(result, field), f"{slug}.{field}")
-                nbytes = int(np.prod(d.shape)) * d.dtype.itemsize
-                if nbytes:
-                    check(driver().cuMemsetD8Async(d.ptr, 0, nbytes, s))
+                if d.nbytes:
+                    check(driver().cuMemsetD8Async(d.ptr, 0, d.nbytes, s))
 
     def _verify_prefix_lens(self):
         """The lengths the verify plans and attends over: the live prefix_lens, which the previous round advanced."""
@@ -140,12 +139,11 @@ class Step:
             contract.check_round_input(name, sources[name].shape, sources[name].dtype, buffers)
         for name, src in sources.items():
             dst = self._buffers[name]
-            nbytes = int(np.prod(dst.shape)) * dst.dtype.itemsize
             if isinstance(src, DeviceArray):
                 _after_callers_stream(src.lib, s)
-                check(driver().cuMemcpyDtoDAsync(dst.ptr, src.ptr, nbytes, s))
-            elif nbytes:
-                check(driver().cuMemcpyHtoDAsync(dst.ptr, src.ctypes.data, nbytes, s))
+                check(driver().cuMemcpyDtoDAsync(dst.ptr, src.ptr, dst.nbytes, s))
+            elif dst.nbytes:
+                check(driver().cuMemcpyHtoDAsync(dst.ptr, src.ctypes.data, dst.nbytes, s))
 
     def replay(self) -> None:
         """Enqueue one round: the captured graph (no host work beyond the launch)."""
