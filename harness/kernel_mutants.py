@@ -314,8 +314,8 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     ),
     "k_tv_combine_weights_of_next_split": (
         "tree_verify",
-        "const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;",
-        "const float* src = part_o + ((base + (s + 1) % n) * QH + R) * tv::kLatent + lane * 4;",
+        "x[g] = *reinterpret_cast<const float4*>(part_o + ((base + s) * QH + R) * tv::kLatent + col);",
+        "x[g] = *reinterpret_cast<const float4*>(part_o + ((base + (s + 1) % n) * QH + R) * tv::kLatent + col);",
     ),
     # tree_verify's small tiles (portable_99k on sm_90; portable itself on sm_120): the prefetch of the next KV
     # block into registers, the 32-row warp layout, the 16 x 16 fp32 tile
@@ -412,8 +412,8 @@ MUTANTS |= {
     ),
     "k_tv90_q_tile_unswizzled": (
         "tree_verify",
-        "r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;",
-        "r * 128 + ((c & 7) << 4)) = v;",
+        "cp_async16(x.sQ + (c >> 3) * kSlab + r * 128 + (((c & 7) ^ (r & 7)) << 4),",
+        "cp_async16(x.sQ + (c >> 3) * kSlab + r * 128 + ((c & 7) << 4),",
         SM90A,
     ),
     "k_tv90_v_columns_of_first_half": (  # warpgroup 1's P·V with its own P reads warpgroup 0's V columns

@@ -568,8 +568,9 @@ __device__ __forceinline__ void tree_verify_cta(
 }
 
 // ------------------------------------------------------------------------------------------------ combine
-// One warp per (query, head) row of a split request: out = Σ_s w_s·O_s / Σ_s w_s, w_s = exp(lse_s - max lse),
-// lse = max + ln Σ w_s; splits in order 0, 1, ... (fixed, no atomics).
+// One warp per (query, head) row and column quarter of a split request: out = Σ_s w_s·O_s / Σ_s w_s,
+// w_s = exp(lse_s - max lse), lse = max + ln Σ w_s; splits in order 0, 1, ... (fixed, no atomics). Each quarter's
+// warp computes the row's weights itself, in the same order: every column's bits are those of one warp per row.
 template <typename T>
 __device__ __forceinline__ void store4(T* dst, float a, float b, float c, float d);
 template <>
@@ -589,55 +590,48 @@ __device__ __forceinline__ void tree_verify_combine(const float* __restrict__ pa
                                                     const int* __restrict__ prefix_lens, int Q, int H,
                                                     T* __restrict__ out, float* __restrict__ lse) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.y;
+  const int part = warp % tv::kCombineParts;  // columns 128·part .. 128·part + 127
   const long long QH = static_cast<long long>(Q) * H;
-  const long long R = static_cast<long long>(blockIdx.x) * tv::kCombineRows + warp;
+  const long long R = static_cast<long long>(blockIdx.x) * tv::kCombineRows + warp / tv::kCombineParts;
   if (R >= QH) return;
   const long long n = tv::n_splits(static_cast<long long>(prefix_lens[b]) + Q, split_chunk[b]);
   if (n <= 1) return;  // written by the attention kernel itself
   const size_t base = static_cast<size_t>(split_off[b]);
+  const int col = (tv::kLatent / tv::kCombineParts) * part + 4 * lane;
   float mx = neg_inf();
   for (long long s = lane; s < n; s += 32) mx = fmaxf(mx, part_lse[(base + s) * QH + R]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // exact in any order
-  float acc[16];
-#pragma unroll
-  for (int e = 0; e < 16; ++e) acc[e] = 0.f;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
   float wsum = 0.f;
   // kGroup splits' loads in flight at once (a split at a time waited for each of its loads: many splits made a long
-  // chain of memory latencies), added in split order as before: the same bits.
-  constexpr int kGroup = 4;
+  // chain of memory latencies), added in split order: the same bits.
+  constexpr int kGroup = 8;
   for (long long s0 = 0; s0 < n; s0 += kGroup) {
     float w[kGroup];
-    float4 x[kGroup][4];
+    float4 x[kGroup];
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const long long s = s0 + g < n ? s0 + g : n - 1;  // past the last split: a load never added
       const float ls = part_lse[(base + s) * QH + R];
       w[g] = ls == neg_inf() ? 0.f : expf(ls - mx);
-      const float* src = part_o + ((base + s) * QH + R) * tv::kLatent + lane * 4;
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) x[g][jj] = *reinterpret_cast<const float4*>(src + jj * 128);
+      x[g] = *reinterpret_cast<const float4*>(part_o + ((base + s) * QH + R) * tv::kLatent + col);
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       if (s0 + g >= n) break;
       wsum += w[g];
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        acc[jj * 4 + 0] = __fmaf_rn(w[g], x[g][jj].x, acc[jj * 4 + 0]);
-        acc[jj * 4 + 1] = __fmaf_rn(w[g], x[g][jj].y, acc[jj * 4 + 1]);
-        acc[jj * 4 + 2] = __fmaf_rn(w[g], x[g][jj].z, acc[jj * 4 + 2]);
-        acc[jj * 4 + 3] = __fmaf_rn(w[g], x[g][jj].w, acc[jj * 4 + 3]);
-      }
+      acc[0] = __fmaf_rn(w[g], x[g].x, acc[0]);
+      acc[1] = __fmaf_rn(w[g], x[g].y, acc[1]);
+      acc[2] = __fmaf_rn(w[g], x[g].z, acc[2]);
+      acc[3] = __fmaf_rn(w[g], x[g].w, acc[3]);
     }
   }
   const bool any = wsum > 0.f;
   const float inv = any ? 1.f / wsum : 0.f;
-  T* dst = out + (static_cast<size_t>(b) * QH + R) * tv::kLatent + lane * 4;
-#pragma unroll
-  for (int jj = 0; jj < 4; ++jj)
-    store4<T>(dst + jj * 128, acc[jj * 4] * inv, acc[jj * 4 + 1] * inv, acc[jj * 4 + 2] * inv, acc[jj * 4 + 3] * inv);
-  if (lane == 0) lse[static_cast<size_t>(b) * QH + R] = any ? mx + logf(wsum) : neg_inf();
+  store4<T>(out + (static_cast<size_t>(b) * QH + R) * tv::kLatent + col, acc[0] * inv, acc[1] * inv, acc[2] * inv,
+            acc[3] * inv);
+  if (part == 0 && lane == 0) lse[static_cast<size_t>(b) * QH + R] = any ? mx + logf(wsum) : neg_inf();
 }
 
 }  // namespace

@@ -110,6 +110,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// 16 bytes from global to shared memory without a register: src_bytes of them read, the rest zero-filled.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
 // Generic-proxy writes to shared memory (q, P, zeroed rows) made visible to the async proxy (wgmma).
 __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -528,15 +533,18 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     if (x.nblk > 0) x.load(0, 0, kSlabs);
     if (x.nblk > 1) x.load(1, 0, kSlabs);
   }
-  // q tile (all threads): 64 rows x 72 chunks of 16 bytes into the swizzled layout; rows past Q·H are zero.
+  // q tile (all threads): 64 rows x 72 chunks of 16 bytes into the swizzled layout; rows past Q·H are zero (a copy
+  // of 0 source bytes). Asynchronous copies put a thread's 18 chunks in flight at once, where loads through
+  // registers waited for memory every 4 chunks (about 5 latencies of a bs-1 CTA's fixed cost).
   {
-    const uint4* q_rows = reinterpret_cast<const uint4*>(q + (static_cast<size_t>(b) * QH + R0) * tv::kHeadDim);
+    const uint16_t* q_tile = q + (static_cast<size_t>(b) * QH + R0) * tv::kHeadDim;
     for (int i = tid; i < kRows * 72; i += tv::kSm90aThreads) {
       const int r = i / 72, c = i % 72;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows_here) v = __ldg(q_rows + static_cast<size_t>(r) * 72 + c);
-      *reinterpret_cast<uint4*>(smem + (c >> 3) * kSlab + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;
+      const bool in = r < rows_here;  // row 0 always is: the source address stays in bounds
+      cp_async16(x.sQ + (c >> 3) * kSlab + r * 128 + (((c & 7) ^ (r & 7)) << 4),
+                 q_tile + static_cast<size_t>(in ? r : 0) * tv::kHeadDim + 8 * c, in ? 16u : 0u);
     }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
     fence_async_smem();
   }
   __syncthreads();  // barriers initialised, q in place
