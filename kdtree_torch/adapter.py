@@ -51,10 +51,15 @@ def _shapes(c: contract.OpContract, named: dict) -> contract.Checked:
     """The contract's shape-only checks, each tensor by its shape and dtype (anything else as it is), before any
     broadcast view is made contiguous (a refused shape may be terabytes)."""
     ops = _ops()
+    arrays = {a.name for a in c.args if a.kind == "array"}
     infos = {}
     for k, v in named.items():
         if _is_tensor(v) and v.device.type == "cuda":
             infos[k] = contract.ArrayInfo(tuple(v.shape), ops.numpy_dtype(k, v), c_contiguous=v.is_contiguous())
+        elif k in arrays and isinstance(v, contract.ArrayInfo):
+            # the shape-only checks take an ArrayInfo as an array's stand-in; handed to an operator it is no tensor
+            raise contract.InputError(f"{k}: expected a torch CUDA tensor, got a contract.ArrayInfo (a shape and "
+                                      f"dtype alone; the operators read values)")  # fmt: skip
         else:
             infos[k] = v
     return c.validate_shapes(**infos)
@@ -136,7 +141,7 @@ def tree_accept(tokens, first_child, next_sibling, target_tokens, *, max_depth, 
         acc = kd.tree_accept(*walk, int(max_depth), flag)
     else:
         commit = [named[k] for k in ("kv_cache", "block_table", "prefix_lens")]
-        acc = kd.tree_accept_commit(*walk, int(max_depth), *commit, flag)
+        acc = kd.tree_accept_commit(*walk, int(max_depth), *commit, flag, None)
     _ops().check(flag)
     return contract.Accept(*acc)
 

@@ -68,7 +68,7 @@ SCHEMAS = {
     "Tensor(a!) error_flag, str variant='') -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
     "tree_accept_commit": "(Tensor tokens, Tensor first_child, Tensor next_sibling, Tensor target_tokens, "
     "SymInt max_depth, Tensor(b!) kv_cache, Tensor block_table, Tensor(c!) prefix_lens, Tensor(a!) error_flag, "
-    "Tensor(d!)? root_tokens=None, str variant='') -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "Tensor(d!)? root_tokens, str variant='') -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
 }
 CONTRACTS = {"draft_topk": DRAFT_TOPK, "tree_build": TREE_BUILD, "tree_verify": TREE_VERIFY,
              "tree_accept": TREE_ACCEPT, "tree_accept_commit": TREE_ACCEPT}  # fmt: skip
@@ -441,10 +441,12 @@ def tree_accept(tokens, first_child, next_sibling, target_tokens, max_depth, err
 
 
 def tree_accept_commit(tokens, first_child, next_sibling, target_tokens, max_depth, kv_cache, block_table, prefix_lens,
-                       error_flag, root_tokens=None, variant=""):  # fmt: skip
+                       error_flag, root_tokens, variant=""):  # fmt: skip
     """tree_accept with its commit into kv_cache in place (TA.4.4); with `root_tokens` also the step's advance, in
     place after the commit: prefix_lens <- new_lens, root_tokens <- bonus (TA.4.5). Nothing is walked, committed or
-    advanced where error_flag is set."""
+    advanced where error_flag is set. root_tokens has no default (None: no advance): torch 2.11's in-place bookkeeping
+    of a custom operator indexes the positional arguments by the schema's position of each mutated one, so a mutated
+    argument left to its default made every call an IndexError there."""
     return _launch("tree_accept_commit", dict(locals()))
 
 

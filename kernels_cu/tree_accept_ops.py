@@ -81,7 +81,7 @@ def _setup(
     else none."""
     bs, D = dims["bs"], dims["D"]
     deferred = flag is not None
-    kv = dev["kv_cache"]
+    kv = dev.get("kv_cache")  # absent from a deferred call without a commit (arrays.device_call skips None)
     check_aligned("kv_cache", kv, "the commit copies 16-byte vectors")
     smem = geometry.tree_accept(D)
     st = Staging(lib, like)

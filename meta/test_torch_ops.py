@@ -82,6 +82,10 @@ def test_schemas_and_mutated_arguments():
         assert str(schema) == f"kdtree::{slug}{ops.SCHEMAS[slug]}".replace("''", '""')
         written = {a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write}
         assert written == set(mutates), f"{slug} writes {written}, declares {mutates}"
+        # torch 2.11 bumps a mutated argument's version by its schema position among the positional arguments
+        # given: one left to a default was an IndexError on the GPU (reports/h100/2026-12-07 call 1)
+        defaulted = {a.name for a in schema.arguments if a.name in written and a.has_default_value()}
+        assert not defaulted, f"{slug}: mutated arguments with a default: {defaulted}"
         assert all(r.alias_info is None for r in schema.returns), f"{slug}: an output aliases an input"
 
 
@@ -180,6 +184,25 @@ def test_a_round_traces_as_one_graph():
 def test_cpu_tensors_are_refused_by_name():
     with pytest.raises(InputError, match=r"logits: a tensor on cpu; the operators take CUDA tensors"):
         torch.ops.kdtree.draft_topk(torch.zeros(1, 2, 8), 2, torch.zeros(1, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("slug", ["draft_topk", "tree_build", "tree_verify", "tree_accept"])
+def test_an_array_stand_in_is_refused_by_name(slug):
+    """The adapter hands an array argument given as a contract.ArrayInfo (which the shape-only checks accept as an
+    array's stand-in) back with the contract's words, naming it, before any GPU work."""
+    from kdtree_torch import adapter
+
+    c = contract.OPS[slug]
+    args, _ = _case()
+    given = args["tree_accept_commit" if slug == "tree_accept" else slug]  # the commit's arrays too
+    named = c.bind(**{a.name: given[a.name] for a in c.args if a.name in given})
+    for a in c.args:
+        if a.kind != "array" or named[a.name] is None:
+            continue
+        x = np.asarray(named[a.name])
+        stand_in = {**named, a.name: contract.ArrayInfo(x.shape, x.dtype)}
+        with pytest.raises(InputError, match=rf"{a.name}: expected a torch CUDA tensor, got a contract.ArrayInfo"):
+            getattr(adapter, slug)(**stand_in)
 
 
 def test_launching_replaces_pointer_arguments(monkeypatch):
