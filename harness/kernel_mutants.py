@@ -309,13 +309,13 @@ MUTANTS: dict[str, tuple[str, ...]] = {
     ),
     "k_tv_combine_equal_weights": (
         "tree_verify",
-        "w[g] = ls == neg_inf() ? 0.f : expf(ls - mx);",
-        "w[g] = ls == neg_inf() ? 0.f : 1.f;",
+        "const auto weight = [&](float ls) { return ls == neg_inf() ? 0.f : expf(ls - mx); };",
+        "const auto weight = [&](float ls) { return ls == neg_inf() ? 0.f : 1.f; };",
     ),
     "k_tv_combine_weights_of_next_split": (
         "tree_verify",
-        "x[g] = *reinterpret_cast<const float4*>(part_o + ((base + s) * QH + R) * tv::kLatent + col);",
-        "x[g] = *reinterpret_cast<const float4*>(part_o + ((base + (s + 1) % n) * QH + R) * tv::kLatent + col);",
+        "x[g] = *reinterpret_cast<const float4*>(rows + s * split_stride);",
+        "x[g] = *reinterpret_cast<const float4*>(rows + ((s + 1) % n) * split_stride);",
     ),
     # tree_verify's small tiles (portable_99k on sm_90; portable itself on sm_120): the prefetch of the next KV
     # block into registers, the 32-row warp layout, the 16 x 16 fp32 tile

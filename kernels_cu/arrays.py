@@ -355,13 +355,18 @@ def launch_stream(st: Staging):
     return st.g.stream if elsewhere is None else elsewhere[0]
 
 
-def launch_kernel(spec, grid, shmem, *args, entry: str | None = None, block: int | None = None):
+def launch_kernel(
+    spec, grid, shmem, *args, entry: str | None = None, block: int | None = None, dependent: bool = False
+):
     """Launch one of the spec's entries (default: its main entry, with the spec's block size) on kernels_cu's stream,
-    or where `launching` says."""
+    or where `launching` says. dependent: a programmatic dependent launch (PDL): the kernel may start before the
+    previous kernel of the stream has finished, so it must wait for it (griddepcontrol.wait) before reading what
+    that kernel writes."""
     from cuda.core import LaunchConfig, launch
 
     kernel = runtime.load(spec, shmem, entry)
-    config = LaunchConfig(grid=grid, block=block or spec.block, shmem_size=shmem)
+    options = {"programmatic_stream_serialization": True} if dependent else {}
+    config = LaunchConfig(grid=grid, block=block or spec.block, shmem_size=shmem, **options)
     elsewhere = _ELSEWHERE.get()
     if elsewhere is None:
         stream = runtime.gpu().stream

@@ -589,6 +589,11 @@ __device__ __forceinline__ void tree_verify_combine(const float* __restrict__ pa
                                                     const long long* __restrict__ split_off,
                                                     const int* __restrict__ prefix_lens, int Q, int H,
                                                     T* __restrict__ out, float* __restrict__ lse) {
+#if __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the attention kernel (tree_verify_ops.py): it may start before that grid
+  // has finished, and waits here for the grid's completion and its partial outputs (a no-op for a plain launch).
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, b = blockIdx.y;
   const int part = warp % tv::kCombineParts;  // columns 128·part .. 128·part + 127
   const long long QH = static_cast<long long>(Q) * H;
@@ -598,33 +603,56 @@ __device__ __forceinline__ void tree_verify_combine(const float* __restrict__ pa
   if (n <= 1) return;  // written by the attention kernel itself
   const size_t base = static_cast<size_t>(split_off[b]);
   const int col = (tv::kLatent / tv::kCombineParts) * part + 4 * lane;
-  float mx = neg_inf();
-  for (long long s = lane; s < n; s += 32) mx = fmaxf(mx, part_lse[(base + s) * QH + R]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // exact in any order
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  float wsum = 0.f;
-  // kGroup splits' loads in flight at once (a split at a time waited for each of its loads: many splits made a long
-  // chain of memory latencies), added in split order: the same bits.
-  constexpr int kGroup = 8;
-  for (long long s0 = 0; s0 < n; s0 += kGroup) {
-    float w[kGroup];
-    float4 x[kGroup];
+  // The loads are what a combine waits for (a bs-1 call's 65 splits took 11.2 µs on an H100): the first group's
+  // partial outputs are in flight while the lse pass runs, each lane keeps the lse of its splits (lane, lane + 32,
+  // ...) and turns them into weights once, and a group's weights come from those lanes by shuffle. Every weight is
+  // the same expf of the same values, and they are added in split order as before: the same bits.
+  constexpr int kGroup = 16;  // splits' partial outputs in flight at once (half a 32-split chunk)
+  constexpr int kKept = 4;    // 32-split chunks whose lse a lane keeps in registers (later chunks are read again)
+  const float* rows = part_o + (base * QH + R) * tv::kLatent + col;  // split s's columns at rows + s·QH·512
+  const size_t split_stride = static_cast<size_t>(QH) * tv::kLatent;
+  float4 x[kGroup];
+  const auto load_group = [&](long long s0) {
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const long long s = s0 + g < n ? s0 + g : n - 1;  // past the last split: a load never added
-      const float ls = part_lse[(base + s) * QH + R];
-      w[g] = ls == neg_inf() ? 0.f : expf(ls - mx);
-      x[g] = *reinterpret_cast<const float4*>(part_o + ((base + s) * QH + R) * tv::kLatent + col);
+      x[g] = *reinterpret_cast<const float4*>(rows + s * split_stride);
+    }
+  };
+  load_group(0);
+  const auto lse_of = [&](long long s) { return s < n ? part_lse[(base + s) * QH + R] : neg_inf(); };
+  float kept[kKept];
+  float mx = neg_inf();
+#pragma unroll
+  for (int c = 0; c < kKept; ++c) kept[c] = lse_of(32 * c + lane);
+#pragma unroll
+  for (int c = 0; c < kKept; ++c) mx = fmaxf(mx, kept[c]);
+  for (long long s = 32 * kKept + lane; s < n; s += 32) mx = fmaxf(mx, part_lse[(base + s) * QH + R]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));  // exact in any order
+  const auto weight = [&](float ls) { return ls == neg_inf() ? 0.f : expf(ls - mx); };
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float wsum = 0.f;
+  float w_lane = 0.f;  // the weight of split 32·(s0 / 32) + lane, for the current chunk
+  for (long long s0 = 0; s0 < n; s0 += kGroup) {
+    if (s0 > 0) load_group(s0);
+    if ((s0 & 31) == 0) {  // a new chunk of 32 splits: this lane's weight in it
+      const long long c = s0 >> 5;
+      float ls = kept[kKept - 1];
+#pragma unroll
+      for (int k = kKept - 2; k >= 0; --k) ls = c == k ? kept[k] : ls;
+      if (c >= kKept) ls = lse_of(s0 + lane);
+      w_lane = weight(ls);
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
+      const float w = __shfl_sync(0xffffffffu, w_lane, static_cast<int>((s0 & 31) + g));
       if (s0 + g >= n) break;
-      wsum += w[g];
-      acc[0] = __fmaf_rn(w[g], x[g].x, acc[0]);
-      acc[1] = __fmaf_rn(w[g], x[g].y, acc[1]);
-      acc[2] = __fmaf_rn(w[g], x[g].z, acc[2]);
-      acc[3] = __fmaf_rn(w[g], x[g].w, acc[3]);
+      wsum += w;
+      acc[0] = __fmaf_rn(w, x[g].x, acc[0]);
+      acc[1] = __fmaf_rn(w, x[g].y, acc[1]);
+      acc[2] = __fmaf_rn(w, x[g].z, acc[2]);
+      acc[3] = __fmaf_rn(w, x[g].w, acc[3]);
     }
   }
   const bool any = wsum > 0.f;

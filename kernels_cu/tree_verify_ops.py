@@ -262,9 +262,11 @@ class _Call:
 
         def launch():
             launch_kernel(spec, grid, geo["smem_bytes"], *args, entry=attention, block=geo["threads"])
-            if slots:
+            if slots:  # dependent: its launch overlaps the attention's tail (it waits for the grid on the device)
                 blocks = (geo["combine_blocks"], bs, 1)
-                launch_kernel(portable, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"])
+                launch_kernel(
+                    portable, blocks, 0, *combine_args, entry=combine, block=geo["combine_threads"], dependent=True
+                )
 
         return st, launch, ins, out[0], lse[0]
 

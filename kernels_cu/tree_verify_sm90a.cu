@@ -681,6 +681,10 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     }
   }
 
+  // The combine (a programmatic dependent launch) may be scheduled once every CTA got here: its launch overlaps the
+  // epilogues, and it still waits for this grid's completion before it reads a partial output.
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+
   // Epilogue: l = warpgroup 0's sum (even blocks) + warpgroup 1's (odd blocks), both against the final max,
   // which both warpgroups hold (warpgroup 0 read it from warpgroup 1's statistics).
   if ((lane & 3) == 0) {

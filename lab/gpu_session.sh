@@ -11,7 +11,10 @@
 #     race     python -m lab.tree_verify_race (sm90a builds beside FlashMLA / FlashInfer / the cascades)
 #     fixed    Nsight Compute's per-kernel durations of bs-1 calls (python -m lab.tree_verify_race fixed)
 #     torch_ops  the PyTorch operators' GPU checks (tools/torch_ops_gpu_check.sh, where it exists)
-# Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick), MUTANTS (see step). The peers are imported
+#     sanitize compute-sanitizer memcheck and racecheck over the dev tool's sanitize cases of both sm90a builds
+#     mutants  the kernel mutants named in MUTANTS alone (without the step's checks)
+# Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick), MUTANTS (see step),
+# MUTANT_LIMIT (280 s), STEP_LIMIT (200 s): the stages' time limits where they share the GPU. The peers are imported
 # from PYTHONPATH (tools/peers_setup.sh's .peers/site). OUT gets summary.txt, env.txt, race.json, race.md and
 # logs.tar.gz (every log and the conformance reports).
 set -uo pipefail
@@ -39,14 +42,25 @@ stage() {  # name timeout_s command...: its log, rc, last result line and first 
 summary "gpu session $GIT_REVISION on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ): $STAGES"
 
 step_checks() {
-  stage step 200 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_step.py -k refused --impl cuda --impl cuda:sm90a_planned -n "$JOBS" \
+  stage step "${STEP_LIMIT:-200}" "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_step.py -k refused --impl cuda --impl cuda:sm90a_planned -n "$JOBS" \
     --report-dir "$OUT/logs/step" &
   stage step_memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$PY" -m pytest \
     conformance/test_step.py -k stops_the_step --impl cuda:select_verify --impl cuda:select_race \
     --impl cuda:prefilter --require-gpu -q -p no:cacheprovider -p no:xdist --report-dir "$OUT/logs/memcheck" &
-  stage mutants 280 "$PY" -m pytest meta/test_kernel_mutants.py -k "is_killed and not twins and (${MUTANTS// / or })" \
-    -q -p no:cacheprovider -n 6 -rA &
+  mutant_checks &
   wait
+}
+mutant_checks() {
+  stage mutants "${MUTANT_LIMIT:-280}" "$PY" -m pytest meta/test_kernel_mutants.py \
+    -k "is_killed and not twins and (${MUTANTS// / or })" -q -p no:cacheprovider -n 6 -rA
+}
+sanitize_checks() {
+  for v in sm90a sm90a_planned; do
+    for tool in memcheck racecheck; do
+      stage "sanitize_${tool}_$v" 240 compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        "$PY" -m lab.tree_verify_dev sanitize --variant "$v"
+    done
+  done
 }
 verify_checks() {
   stage verify 240 "$PY" -m pytest --require-gpu -q -p no:cacheprovider conformance/test_tree_verify.py \
@@ -70,6 +84,8 @@ for s in $STAGES; do case $s in  # then the correctness stages side by side
   step) step_checks & ;;
   verify) verify_checks & ;;
   torch_ops) stage torch_ops 280 env SKIP_BENCH=1 tools/torch_ops_gpu_check.sh "$OUT/logs/torch_ops" & ;;
+  sanitize) sanitize_checks & ;;
+  mutants) mutant_checks & ;;
 esac; done
 wait
 for s in $STAGES; do case $s in  # the PyTorch operators' benchmark last, with the GPU alone (TORCH_BENCH=0: none)
