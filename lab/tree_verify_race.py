@@ -2,6 +2,8 @@
 
   python3 -m lab.tree_verify_race [--json F] [--quick]     # chains, mixed-length batches, trees: a table per grid
   python3 -m lab.tree_verify_race fixed                     # bs 1 launches for ncu's per-kernel durations
+  python3 -m lab.tree_verify_race profile [--variant V]     # two launches of one build at H128 Q4 8k bs32, for
+                                                            # an ncu profile of the inner loop (launch 2 of ncu's)
 
 Each shape is timed for both sm90a variants (batch-invariant and planned) and for the peers (FlashMLA and
 FlashInfer MLA fa3 on chains, both cascades on trees), all on the
@@ -178,12 +180,34 @@ def fixed() -> int:
     return 0
 
 
+PROFILED = (128, 4, 8 * K, 32)  # compute-bound, where the planned build is furthest behind FlashMLA (0.67)
+
+
+def profile(variant: str) -> int:
+    """Two launches of one build (a warm-up, then the one to profile: ncu --launch-skip 1 --launch-count 1) on the
+    chain shape PROFILED, for the stall reasons of the inner loop."""
+    from harness.bench import verify_baselines as vb
+    from kernels_cu import tree_verify_ops
+
+    H, Q, P, bs = PROFILED
+    case = vb.make_case(bs, Q, H, P, device="cuda", chain=True)
+    p = tree_verify_ops.prepare(builds()[variant], case.q, case.kv, case.block_table, case.prefix_lens,
+                                case.visibility, case.scale)  # fmt: skip
+    for _ in range(2):
+        p.launch()
+    p.finish()
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", nargs="?", default="race", choices=["race", "fixed"])
+    ap.add_argument("mode", nargs="?", default="race", choices=["race", "fixed", "profile"])
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--variant", default="sm90a_planned", choices=["sm90a", "sm90a_planned"])
     a = ap.parse_args()
+    if a.mode == "profile":
+        return profile(a.variant)
     return race(a.json, a.quick) if a.mode == "race" else fixed()
 
 
