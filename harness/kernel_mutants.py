@@ -424,8 +424,8 @@ MUTANTS |= {
     ),
     "k_tv90_halves_rescaled_differently": (  # warpgroup 1 misses the even block's rescale factor
         "tree_verify",
-        "      scale_o(o, c0);\n      pv_smem(o, x.sp(j0), x.buf(j0), 1);",
-        "      pv_smem(o, x.sp(j0), x.buf(j0), 1);",
+        "      scale_o(o, c0);\n      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);",
+        "      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);",
         SM90A,
     ),
     "k_tv90_rescale_of_previous_pair": (  # warpgroup 0 takes the odd block's factor before it is exchanged
@@ -438,8 +438,8 @@ MUTANTS |= {
     # landed: the suite cannot be expected to kill it every run, so the deterministic mistake stands for it)
     "k_tv90_slab_of_the_other_buffer": (  # S reads slab 5 of the other block's buffer
         "tree_verify",
-        "wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks),",
-        "wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(C == 5 ? j + 1 : j), C, ks),",
+        "wgmma_ss_kk(s, desc_k(dq, C, ks), desc_k(kdesc(j), C, ks),",
+        "wgmma_ss_kk(s, desc_k(dq, C, ks), desc_k(kdesc(C == 5 ? j + 1 : j), C, ks),",
         SM90A,
     ),
     "k_tv90_refill_with_later_block": (  # warpgroup 1 refills buffer 0's V columns with the block after next

@@ -135,15 +135,24 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint
   return static_cast<uint64_t>((addr >> 4) & 0x3FFF) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
-// K-major 64-row operand (q, a KV buffer read as Kᵀ, sP): k-step ks of slab c starts 32·ks bytes into the
+// Descriptors are formed once per CTA and stepped by constants: a step of `bytes` within a tile adds bytes >> 4 to the
+// start-address field (bits 0-13), which never carries out of it (shared memory < 256 KB). Formed at each use, the
+// shifts and masks were about 10 uniform-datapath instructions per wgmma, on the path to its issue (an H100 profile:
+// 61 of 147 million instructions of H128 Q4 8k bs32; reports/h100/2026-12-07 call 4).
+__device__ __forceinline__ uint64_t desc_step(uint64_t d, uint32_t bytes) {  // the low word alone: no carry
+  return (d & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(d) + (bytes >> 4));
+}
+// K-major 64-row operand (q, a KV buffer read as Kᵀ, sP) at `base`: k-step ks of slab c starts 32·ks bytes into the
 // swizzled rows; 8-row groups are 1024 bytes apart.
-__device__ __forceinline__ uint64_t desc_k(uint32_t base, int c, int ks) {
-  return desc_sw128(base + c * kSlab + ks * 32, 16, 1024);
+__device__ __forceinline__ uint64_t desc_k_base(uint32_t base) { return desc_sw128(base, 16, 1024); }
+__device__ __forceinline__ uint64_t desc_k(uint64_t d_base, int c, int ks) {
+  return desc_step(d_base, c * kSlab + ks * 32);
 }
 // V read MN-major over 256 columns, slabs c0 .. c0 + 3: the 64-column swizzle atoms follow each other a slab apart
-// (leading byte offset kSlab), 8-key row groups 1024 bytes apart (stride byte offset).
-__device__ __forceinline__ uint64_t desc_v256(uint32_t buf, int c0, int kk) {
-  return desc_sw128(buf + c0 * kSlab + kk * 16 * 128, kSlab, 1024);
+// (leading byte offset kSlab), 8-key row groups 1024 bytes apart (stride byte offset); k-step kk is 16 keys down.
+__device__ __forceinline__ uint64_t desc_v_base(uint32_t buf) { return desc_sw128(buf, kSlab, 1024); }
+__device__ __forceinline__ uint64_t desc_v256(uint64_t d_buf, int c0, int kk) {
+  return desc_step(d_buf, c0 * kSlab + kk * 16 * 128);
 }
 
 // Pin accumulator (or fragment) registers at this point of the program: ptxas may not move their
@@ -255,6 +264,7 @@ __device__ __forceinline__ bool tree_bit(const uint32_t* __restrict__ vis_b, int
 // What one CTA computes, and where its shared memory is.
 struct Cta {
   uint32_t sQ;   // shared-memory base (1024-aligned); the other regions at tree_verify.cuh's offsets
+  uint64_t dq, dk0, dv0;  // descriptors of the q tile and of KV buffer 0 read as Kᵀ and as V (buffer 1: + kTile)
   int P, W, kbeg, kend, kb0, nblk, page_size;
   const int* bt;
   const uint32_t* vis_b;
@@ -264,6 +274,9 @@ struct Cta {
   __device__ uint32_t buf(int j) const { return sQ + tv::sm90a_kv_offset() + (j & 1) * kTile; }
   // the P tile of block j, handed to the other warpgroup: over the block's slab 8 (S is done with it)
   __device__ uint32_t sp(int j) const { return buf(j) + 8 * kSlab; }
+  __device__ uint64_t kdesc(int j) const { return desc_step(dk0, (j & 1) * kTile); }  // block j's buffer as Kᵀ
+  __device__ uint64_t vdesc(int j) const { return desc_step(dv0, (j & 1) * kTile); }  // ... and as V
+  __device__ uint64_t pdesc(int j) const { return desc_step(kdesc(j), 8 * kSlab); }   // block j's P, over slab 8
   __device__ uint32_t full(int j, int c) const { return sQ + tv::sm90a_bar_offset() + 8 * ((j & 1) * kSlabs + c); }
   // Row statistics, [6][64] floats: kM0, kC0 (warpgroup 0's max and rescale factor), kM1, kC1 (warpgroup 1's),
   // kL0, kL1 (each warpgroup's partial sum l, at the end).
@@ -299,7 +312,7 @@ struct Cta {
     mbar_wait(full(j, C), parity(j));
     wg_fence();  // after the wait's branch (else ptxas injects it, and serializes the wgmma around it)
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) wgmma_ss_kk(s, desc_k(sQ, C, ks), desc_k(buf(j), C, ks), !(first && ks == 0));
+    for (int ks = 0; ks < 4; ++ks) wgmma_ss_kk(s, desc_k(dq, C, ks), desc_k(kdesc(j), C, ks), !(first && ks == 0));
   }
   // S of block j over slabs [LO, HI) of the order 0, 1, 2, 3, 8, 4, 5, 6, 7 (ODD) or 0 .. 8 (even blocks):
   // the slabs whose copies were issued first go first.
@@ -458,7 +471,7 @@ __device__ __forceinline__ void scale_o(float (&o)[4][32], const float (&c)[2]) 
 
 // O += P·V over one block for this warpgroup's 4 slabs of V (slabs 4·wg .. 4·wg + 3), P in registers or in
 // shared memory.
-__device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4], uint32_t vbuf, int wg) {
+__device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4], uint64_t vbuf, int wg) {
   pin(o);
   pin(pb);
   wg_fence();
@@ -466,7 +479,7 @@ __device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4],
   for (int kk = 0; kk < 4; ++kk) wgmma_rs_mn256(o, pb[kk], desc_v256(vbuf, wg * 4, kk));
   wg_commit();
 }
-__device__ __forceinline__ void pv_smem(float (&o)[4][32], uint32_t sP, uint32_t vbuf, int wg) {
+__device__ __forceinline__ void pv_smem(float (&o)[4][32], uint64_t sP, uint64_t vbuf, int wg) {
   pin(o);
   wg_fence();
 #pragma unroll
@@ -494,6 +507,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   Cta x;
   x.sQ = smem_u32(smem);
+  x.dq = desc_k_base(x.sQ);
+  x.dk0 = desc_k_base(x.buf(0));
+  x.dv0 = desc_v_base(x.buf(0));
 
   const int tid = threadIdx.x, wt = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform as far as the compiler can tell
@@ -589,7 +605,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c0[h] + sum[h], m_run[h] = m0[h];
 
       scale_o(o, c0);
-      pv_regs(o, pb, x.buf(j0), 0);
+      pv_regs(o, pb, x.vdesc(j0), 0);
       wg_wait<0>();
       pin(o);
       if (next0 && wt == 0) x.load(j0 + 2, 0, 4);  // buffer 0's slabs 0-3: read last by this warpgroup
@@ -603,7 +619,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
           l_run[h] *= c1[h];
         }
         scale_o(o, c1);
-        pv_smem(o, x.sp(j1), x.buf(j1), 0);
+        pv_smem(o, x.pdesc(j1), x.vdesc(j1), 0);
       }
       // S of the next even block: slabs 0-3 (refilled above) now, 4-8 (refilled by warpgroup 1) after P1·V.
       // Both commit groups exist on every path (empty without a next block), so the waits count alike.
@@ -641,7 +657,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         m_run[h] = m0[h];
       }
       scale_o(o, c0);
-      pv_smem(o, x.sp(j0), x.buf(j0), 1);
+      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);
       float c1[2];
       if (has1) {
         float m1[2], sum[2];
@@ -665,7 +681,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       }
       if (has1) {
         scale_o(o, c1);
-        pv_regs(o, pb, x.buf(j1), 1);
+        pv_regs(o, pb, x.vdesc(j1), 1);
       }
       wg_wait<0>();
       pin(o);
