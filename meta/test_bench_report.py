@@ -128,3 +128,25 @@ def test_step_section_sets_the_step_beside_the_users_round():
     measured = "\n".join(report._measured_step_lines([case], 64))
     assert "| 128 | 8 | 110 | 50.0 % | 10.0 % | 35.0 % | 5.0 % | 65.0 % | python_heapq 9.55× |" in measured, measured
     assert report._measured_step_lines([case], 16) == []
+
+
+def test_step_per_model_lines_add_the_layers_to_the_measured_parts():
+    """Per model and TP: tree_verify once per layer, the non-verify work once per step, the users' non-verify time
+    (their round less the step's verify) and the milliseconds saved; heads not measured are named."""
+    from harness import timing
+    from harness.bench import record
+
+    users = record.comparator(timing.summary([1000.0, 1100.0], where="host"))
+    case = record.build(
+        op="step", impl="cuda:step", shape={"bs": 8, "B": 64, "H": 128, "prefix": 8192, "V": 163840, "L": 16,
+                                            "K": 32, "dtype": "bf16"},
+        time=timing.summary([100.0], where="host"), comparators={"users_round_python_heapq": users},
+        extra={"alone_us": {"draft_topk": 50.0, "tree_build": 10.0, "tree_verify": 35.0, "tree_accept": 5.0}},
+    )  # fmt: skip
+    text = "\n".join(report.step_per_model_lines([case]))
+    (row,) = [line for line in text.splitlines() if line.startswith("| DeepSeek-V3")]
+    # work 65 µs; share 65 / (61 · 35 + 65); users' non-verify 1050 - 35 = 1015 µs, 15.6x, 0.95 ms saved
+    assert row.startswith("| DeepSeek-V3 (61 layers) | 1 | 128 | 64 | 8 | 35 | 65 | 3.0 % | 1,015 | 15.6 | 0.95 |")
+    assert row.endswith("| — | — | — |"), row  # no C++ builder's round
+    assert "Not measured in these files: H = 8, 16, 64" in text
+    assert report.step_per_model_lines([]) == []

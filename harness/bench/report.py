@@ -343,7 +343,61 @@ def step_section(cases) -> list[str]:
             + " | ".join(cells)
             + " |"
         )
-    return [*lines, ""]
+    return [*lines, "", *step_per_model_lines(ops)]
+
+
+TENSOR_PARALLEL = (1, 8)  # the attention heads a GPU holds: the model's heads / TP
+
+
+def step_per_model_lines(steps) -> list[str]:
+    """The figure a user plans with, from the step's measured parts (its ops launched alone) for each model of e2e
+    at tensor parallelism 1 and 8: tree_verify runs once per layer, the tree work (draft_topk, tree_build,
+    tree_accept) once per step, so the tree work's share of a step's attention time is work / (layers · verify +
+    work); the users' round does the same verify and accept, so its non-verify time is its round less the step's
+    tree_verify alone (a host clock less a device time: the users' copies and waits stay in it), and the step saves
+    users' non-verify - step's non-verify per step (the verify is the same kernel in both)."""
+    rows = []
+    measured = sorted((c for c in steps if c.get("extra", {}).get("alone_us")),
+                      key=lambda c: (c["shape"]["B"], c["shape"]["bs"]))  # fmt: skip
+    for m in e2e.MODELS:
+        for tp in TENSOR_PARALLEL:
+            for c in (c for c in measured if c["shape"]["H"] == m.heads // tp):
+                alone = c["extra"]["alone_us"]
+                verify = alone["tree_verify"]
+                work = sum(v for o, v in alone.items() if o != "tree_verify")
+                users = {n: c["comparators"][n]["time"]["median_us"] - verify for n in STEP_USERS
+                         if (c["comparators"].get(n) or {}).get("time")}  # fmt: skip
+                rows.append((m, tp, c, verify, work, users))
+    if not rows:
+        return []
+    out = [
+        "### What the step saves per model (measured parts)",
+        "",
+        "Per model and tensor parallelism (the heads one GPU holds), from the table above: tree_verify (once per "
+        "layer) and the step's non-verify work (draft_topk + tree_build + tree_accept, launched alone, once per "
+        "step); the tree work's share of a step's attention time (layers · tree_verify + non-verify); the users' "
+        "non-verify time (their round, host clock, less the step's tree_verify) and what the step saves per step. "
+        "The rest of a layer (MLP/MoE, communication) is not in these figures: the modelled section below adds it.",
+        "",
+        "| model | TP | H | B | bs | tree_verify µs | step non-verify µs | tree work share of attention | "
+        + " | ".join(f"{n.removeprefix('users_round_')} non-verify µs | × | ms saved per step" for n in STEP_USERS)
+        + " |",
+        "|---|---|---|---|---|---|---|---|" + "---|---|---|" * len(STEP_USERS),
+    ]
+    for m, tp, c, verify, work, users in rows:
+        sh = c["shape"]
+        cells = []
+        for n in STEP_USERS:
+            u = users.get(n)
+            cells.append("— | — | —" if u is None else f"{fmt(u)} | {fmt(u / work)} | {fmt((u - work) / 1000)}")
+        out.append(
+            f"| {m.name} ({m.layers} layers) | {tp} | {sh['H']} | {sh['B']} | {sh['bs']} | {fmt(verify)} | "
+            f"{fmt(work)} | {pct(work / (m.layers * verify + work))} | " + " | ".join(cells) + " |"
+        )
+    heads = sorted({m.heads // tp for m in e2e.MODELS for tp in TENSOR_PARALLEL})
+    if missing := [h for h in heads if h not in {r[2]["shape"]["H"] for r in rows}]:
+        out.append(f"\nNot measured in these files: H = {', '.join(map(str, missing))} (their rows are absent).")
+    return [*out, ""]
 
 
 def _topk_key(c) -> tuple:
