@@ -132,6 +132,24 @@ def table(title, rows):
         print(f"- {shape} {n}: {e}")
 
 
+def provenance(quick: bool) -> dict:
+    """Where the numbers hold (tools.bench_report prints it): the device, the revision (GIT_REVISION, else git), the
+    date and the command."""
+    import datetime
+    import os
+    import subprocess
+
+    import torch
+
+    rev = (
+        os.environ.get("GIT_REVISION")
+        or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    )
+    return {"device": torch.cuda.get_device_name(), "revision": rev or "unknown",
+            "date": datetime.datetime.now(datetime.UTC).isoformat(),
+            "command": "python3 -m lab.tree_verify_race" + (" --quick" if quick else "")}  # fmt: skip
+
+
 def race(json_path=None, quick=False) -> int:
     from harness.bench import ceilings as cl
     from harness.bench import peers
@@ -140,7 +158,8 @@ def race(json_path=None, quick=False) -> int:
     ceil = {"read_gbs": c.read_gbs, "copy_gbs": c.copy_gbs, "bf16_tflops": c.bf16_tflops}
     print(f"ceilings: {json.dumps(ceil)}; peers {json.dumps(peers.versions())}", flush=True)
     chain_peers = ("flashmla", "flashinfer_mla")
-    out = {"ceilings": ceil, "peers": peers.versions(), "chains": [], "mixed": [], "trees": []}
+    out = {"meta": provenance(quick), "ceilings": ceil, "peers": peers.versions(), "chains": [], "mixed": [],
+           "trees": []}  # fmt: skip
     for H, Q, P, bs in QUICK_CHAINS if quick else CHAINS:
         out["chains"].append(run_shape(f"H{H} Q{Q} P{P // K}k bs{bs}", H, Q, P, bs, True, chain_peers, ceil))
     for label, H, Q, prefixes in mixed_shapes()[: 2 if quick else None]:

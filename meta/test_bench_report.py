@@ -150,3 +150,45 @@ def test_step_per_model_lines_add_the_layers_to_the_measured_parts():
     assert row.endswith("| — | — | — |"), row  # no C++ builder's round
     assert "Not measured in these files: H = 8, 16, 64" in text
     assert report.step_per_model_lines([]) == []
+
+
+def test_a_race_file_gets_its_section_and_its_provenance(tmp_path):
+    """lab.tree_verify_race's JSON: loaded beside pytest-benchmark files, its provenance in the header's file table,
+    one table per grid with planned ÷ invariant and the faster peer over each build, the aims counted."""
+    import json
+
+    def row(shape, inv, plan, peers):
+        times = {"sm90a": {"us": inv}, "sm90a_planned": {"us": plan}, **{n: {"us": v} for n, v in peers.items()}}
+        for t in times.values():
+            t.update(tflops=100.0, pct_read=10.0)
+        return {"shape": shape, "times": times}
+
+    race = {
+        "meta": {
+            "device": "NVIDIA H100 80GB HBM3",
+            "revision": "abc1234",
+            "date": "2026-12-07T10:43:39Z",
+            "command": "python3 -m lab.tree_verify_race",
+        },
+        "ceilings": {"read_gbs": 3100.0, "bf16_tflops": 750.0},
+        "peers": {},
+        "chains": [
+            row("H64 Q2 P8k bs1", 40.0, 35.0, {"flashmla": 31.5, "flashinfer_mla": 28.0}),
+            row("H16 Q1 P32k bs1", 52.0, 50.0, {"flashmla": 53.0}),
+        ],
+        "mixed": [],
+        "trees": [row("tree H64 Q257 P8k bs1", 620.0, 620.0, {"flashmla_cascade": 1130.0})],
+    }
+    race["chains"][0]["times"]["flashinfer_mla"] = {"error": "not installed"}  # recorded, not timed
+    path = tmp_path / "race.json"
+    path.write_text(json.dumps(race))
+    run = report.load([str(path)])
+    assert run["cases"] == [] and run["runs"][0]["device"] == "NVIDIA H100 80GB HBM3"
+    text = report.render(run, command="python -m tools.bench_report race.json")
+    assert "| race.json | NVIDIA H100 80GB HBM3 | race | 2026-12-07T10:43:39Z |" in text
+    (chain,) = [line for line in text.splitlines() if line.startswith("| H64 Q2 P8k bs1 |")]
+    assert chain.endswith("| 0.875 | 0.9 | 0.7875 |"), chain  # 35 / 40; flashmla 31.5 / 35; 31.5 / 40
+    assert "Aims met: planned ≥ 1.0× the faster peer at 1 of 2 shapes" in text
+    assert "Aims met: planned ≥ 1.3× the faster peer at 1 of 1 shapes" in text  # 1130 / 620
+    assert "- H64 Q2 P8k bs1 flashinfer_mla: not installed" in text
+    assert "### mixed-length batches" not in text  # an empty grid has no table

@@ -20,13 +20,18 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json", nargs="+", help="pytest-benchmark JSON files (one per perf stage)")
+    ap.add_argument(
+        "json",
+        nargs="+",
+        help="pytest-benchmark JSON files (one per perf stage), and "
+        "`python -m lab.tree_verify_race --json` files (the sm90a builds beside the peers)",
+    )
     ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for BENCHMARKS.md and benchmarks/ (docs/)")
     ap.add_argument("--no-plots", action="store_true", help="write the Markdown only")
     ap.add_argument("--gpus", type=int, default=e2e.Assumptions.gpus, help="GPUs of the modelled deployment")
     args = ap.parse_args(argv)
     run = report.load(args.json)
-    if not run["cases"]:
+    if not run["cases"] and not run["races"]:
         print(f"bench_report: no kdtr benchmark cases in {', '.join(args.json)}", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out)

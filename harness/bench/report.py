@@ -18,9 +18,18 @@ PACKAGES = ("torch", "cuda-bindings", "cuda-core", "nvidia-cuda-nvrtc", "nvidia-
 
 def load(paths) -> dict:
     """Merge stage files: {"runs": [per file facts], "cases": [extra_info + name], "machine": machine_info}."""
-    runs, cases, machine, peers = [], {}, None, {}
+    runs, cases, machine, peers, races = [], {}, None, {}, []
     for path in paths:
         data = json.loads(pathlib.Path(path).read_text())
+        if is_race(data):  # lab.tree_verify_race's file: its own section, its provenance in the header
+            meta = data["meta"]
+            races.append({**data, "file": pathlib.Path(path).name})
+            rows = sum(len(data.get(g, [])) for g in RACE_GRIDS)
+            runs.append({"file": pathlib.Path(path).name, "datetime": meta.get("date"), "stage": "race",
+                         "command": meta.get("command"), "ceilings": data.get("ceilings") or {},
+                         "revision": meta.get("revision"), "device": meta.get("device"), "kernel_mutant": None,
+                         "cases": rows})  # fmt: skip
+            continue
         machine = machine or data.get("machine_info", {})
         peers.update({p: v for p, v in (data.get("machine_info", {}).get("peers") or {}).items() if v})
         k = data.get("kdtr", {})
@@ -47,7 +56,75 @@ def load(paths) -> dict:
             case["impl"], _, case["variant"] = str(case.get("impl", "")).partition(":")
             cases[key] = case
     # the peers' versions from whichever file timed them (the first file's machine may have had none)
-    return {"runs": runs, "cases": list(cases.values()), "machine": {**(machine or {}), "peers": peers}}
+    return {"runs": runs, "cases": list(cases.values()), "machine": {**(machine or {}), "peers": peers},
+            "races": races}  # fmt: skip
+
+
+RACE_GRIDS = {"chains": "chains (FlashMLA, FlashInfer MLA fa3)", "mixed": "mixed-length batches (chains)",
+              "trees": "DDTree trees (the FlashMLA and FlashInfer cascades)"}  # fmt: skip
+RACE_BUILDS = ("sm90a", "sm90a_planned")  # the batch-invariant and the planned builds
+
+
+def is_race(data) -> bool:
+    return isinstance(data, dict) and "meta" in data and all(g in data for g in RACE_GRIDS)
+
+
+def race_section(races) -> list[str]:
+    """tree_verify's two sm90a builds beside the peers, every comparator timed in the same run on one GPU
+    (lab.tree_verify_race): per grid, each one's µs with its useful TFLOP/s and its fraction of the read ceiling
+    measured in that run, planned ÷ invariant, and the faster peer's time over each build's (> 1: ours is faster),
+    with the issue's aims counted (planned ≥ 1.0× the faster peer on chains, ≥ 1.2× on mixed batches, ≥ 1.3× the
+    faster cascade on trees; invariant within 1.15× of planned)."""
+    if not races:
+        return []
+    out = ["## tree_verify: the sm90a builds beside the peers (one run)", ""]
+    for race in races:
+        m = race["meta"]
+        out += [
+            f"`{m.get('command')}` on {m.get('device')}, revision {m.get('revision')}, {m.get('date')} "
+            f"({race['file']}); ceilings of that run: read {fmt(race['ceilings'].get('read_gbs'))} GB/s, bf16 "
+            f"{fmt(race['ceilings'].get('bf16_tflops'))} TFLOP/s. Cells: µs (useful TFLOP/s, % of the read ceiling); "
+            "peer ÷ build: the faster peer's time over the build's (> 1: the build is faster).",
+            "",
+        ]
+        aims = {"chains": 1.0, "mixed": 1.2, "trees": 1.3}
+        for grid, title in RACE_GRIDS.items():
+            rows = race.get(grid) or []
+            if not rows:
+                continue
+            names = list(dict.fromkeys(n for r in rows for n in r["times"]))
+            peer_names = [n for n in names if n not in RACE_BUILDS]
+            out += [
+                f"### {title}",
+                "",
+                "| shape | "
+                + " | ".join(f"{n} µs" for n in names)
+                + " | planned ÷ invariant | peer ÷ planned | peer ÷ invariant |",
+                "|---|" + "---|" * (len(names) + 3),
+            ]
+            met = within = 0
+            for r in rows:
+                t = {n: x for n, x in r["times"].items() if "us" in x}
+                cells = [f"{fmt(t[n]['us'])} ({t[n]['tflops']:.0f} TF, {t[n]['pct_read']:.0f} %)" if n in t else "—"
+                         for n in names]  # fmt: skip
+                best = min((t[n]["us"] for n in peer_names if n in t), default=None)
+                inv, plan = (t.get(b, {}).get("us") for b in RACE_BUILDS)
+                ratio = plan / inv if plan and inv else None
+                met += bool(best and plan and best / plan >= aims[grid])
+                within += bool(plan and inv and inv / plan <= 1.15)
+                out.append(  # four digits: a ratio shown as 1.3 must not be 1.298 (an aim missed)
+                    f"| {r['shape']} | " + " | ".join(cells) + f" | {fmt(ratio, 4)} | "
+                    f"{fmt(best / plan, 4) if best and plan else '—'} | {fmt(best / inv, 4) if best and inv else '—'} |"
+                )
+            out += [
+                "",
+                f"Aims met: planned ≥ {aims[grid]}× the faster peer at {met} of {len(rows)} shapes; invariant "
+                f"within 1.15× of planned at {within} of {len(rows)}.",
+                "",
+            ]
+            errors = [f"- {r['shape']} {n}: {x['error']}" for r in rows for n, x in r["times"].items() if "error" in x]
+            out += [*errors, ""] if errors else []
+    return out
 
 
 def _device(machine: dict) -> str:
@@ -742,6 +819,7 @@ def render(run: dict, *, command: str, plots: dict | None = None, assumptions: e
     lines += tree_accept_section(run["cases"])
     lines += draft_topk_section(run["cases"])
     lines += tree_verify_section(run["cases"], plots)
+    lines += race_section(run.get("races", []))
     lines += step_section(run["cases"])
     lines += sm120_section(run["cases"])
     lines += e2e_section(run, plots, assumptions)
