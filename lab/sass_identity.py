@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4}\*/")
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,6}\*/")
 
 # Run inside a tree: every spec of the ops, every arch it targets -> its SASS instructions, as JSON on stdout.
 _DUMP = r"""
@@ -38,8 +38,8 @@ for op in sys.argv[1].split(","):
                 sass = subprocess.run([sys.argv[2], "-sass", f.name], capture_output=True, text=True, check=True).stdout
             finally:
                 os.unlink(f.name)
-            out[f"{spec.name}@{arch}"] = [re.sub(r"/\*[0-9a-f]{4}\*/", "", l).strip() for l in sass.splitlines()
-                                          if re.search(r"/\*[0-9a-f]{4}\*/", l)]
+            out[f"{spec.name}@{arch}"] = [re.sub(r"/\*[0-9a-f]{4,6}\*/", "", l).strip() for l in sass.splitlines()
+                                          if re.search(r"/\*[0-9a-f]{4,6}\*/", l)]
 print(json.dumps(out))
 """
 
