@@ -122,12 +122,31 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 // Box {64 columns, box_rows rows, 1 page} of the cache viewed as [pages][page_size][576] (innermost first in
 // the coordinates), into shared memory at dst, completing its bytes on the mbarrier.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar) {
+#ifdef TV90_EVICT_FIRST  // a design (lab.tree_verify_race --design): the cache's lines marked first to leave L2
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(tmap), "r"(col), "r"(row), "r"(page), "r"(bar), "l"(policy)
+      : "memory");
+#else
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
       "[%5];\n" ::"r"(dst),
       "l"(tmap), "r"(col), "r"(row), "r"(page), "r"(bar)
       : "memory");
+#endif
 }
+
+#ifdef TV90_L2_PREFETCH
+// The same box into L2 only (no shared memory, no barrier): a later copy of it waits for L2, not for DRAM.
+__device__ __forceinline__ void tma_prefetch_3d(const void* tmap, int col, int row, int page) {
+  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global [%0, {%1, %2, %3}];\n" ::"l"(tmap), "r"(col), "r"(row),
+               "r"(page)
+               : "memory");
+}
+#endif
 
 // ------------------------------------------------------------------------------------------------ wgmma
 // Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4).
@@ -305,6 +324,22 @@ struct Cta {
   __device__ void prefetch_pages(int j) const {
     if (j < nblk) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bt + (kb0 + j * kBN) / page_size));
   }
+
+#ifdef TV90_L2_PREFETCH
+  // A design (lab.tree_verify_race --design): block j's boxes into L2 a pair ahead of their copies, so that the
+  // refill of a buffer (issued only when both warpgroups' P·V of its block are done, right before the next S needs
+  // it: the largest wait of an H100 profile) waits for L2 rather than DRAM (one thread).
+  __device__ void prefetch_l2(int j) const {
+    if (j >= nblk) return;
+    const int k0 = kb0 + j * kBN;
+    const int box_rows = page_size < kBN ? page_size : kBN;
+    const int hi = kend - k0 < kBN ? kend - k0 : kBN;
+    for (int pc = 0; pc < (hi + box_rows - 1) / box_rows; ++pc) {
+      const int p = k0 + pc * box_rows, page = __ldg(bt + p / page_size);
+      for (int c = 0; c < kSlabs; ++c) tma_prefetch_3d(kv_map, c * 64, p % page_size, page);
+    }
+  }
+#endif
 
   // S of block j, slab C (4 k-steps of 16 dims), once the slab has landed.
   template <int C>
@@ -590,6 +625,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+#ifdef TV90_L2_PREFETCH
+      if (wt == 0) x.prefetch_l2(j0 + 4);  // the next pair's even refill
+#endif
       float m0[2], c0[2], sum[2];
       softmax_rest(sacc, rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane), pb, x, m_run, m0, c0, sum);
       x.zero_tail(j0, wt, 0);
@@ -645,6 +683,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+#ifdef TV90_L2_PREFETCH
+      if (wt == 0) x.prefetch_l2(j1 + 4);  // the next pair's odd refill
+#endif
       BlockMax bm1;  // this warpgroup's block's row maxima while warpgroup 0 still works on its softmax
       if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
       mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0

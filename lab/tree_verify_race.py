@@ -44,11 +44,27 @@ def mixed_shapes():
 TREES = [(64, 17, 8 * K, 8), (64, 17, 8 * K, 32), (128, 65, 8 * K, 8), (64, 257, 8 * K, 1)]
 
 
+DESIGNS: dict[str, dict[str, str]] = {}  # --design LABEL=DEFINE[,DEFINE...]: builds of both modes with the defines
+
+
 def builds():
-    """{label: KernelSpec}: the sm90a builds compared (a design build is spec.with_defines(...))."""
+    """{label: KernelSpec}: the sm90a builds compared, then each --design's builds of both (spec.with_defines)."""
     from kernels_cu import specs
 
-    return {v: specs.get("tree_verify", v) for v in ("sm90a", "sm90a_planned")}
+    out = {v: specs.get("tree_verify", v) for v in ("sm90a", "sm90a_planned")}
+    for label, defines in DESIGNS.items():
+        for v in ("sm90a", "sm90a_planned"):
+            out[f"{v}+{label}"] = out[v].with_defines(f"{v}_{label}", **defines)
+    return out
+
+
+def design(text: str) -> tuple[str, dict[str, str]]:
+    """`evict_first=TV90_EVICT_FIRST` -> ("evict_first", {"TV90_EVICT_FIRST": "1"}); NAME=VALUE defines keep VALUE
+    (`a=X:2,Y` for X=2 and Y)."""
+    label, _, names = text.partition("=")
+    if not label or not names:
+        raise argparse.ArgumentTypeError(f"--design {text!r}: expected LABEL=DEFINE[,DEFINE...]")
+    return label, {n.partition(":")[0]: n.partition(":")[2] or "1" for n in names.split(",")}
 
 
 def time_ours(spec, case, plan, policy):
@@ -224,7 +240,11 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--variant", default="sm90a_planned", choices=["sm90a", "sm90a_planned"])
+    ap.add_argument("--design", type=design, action="append", default=[],
+                    help="LABEL=DEFINE[,DEFINE...]: both builds with these defines too (e.g. "
+                    "evict_first=TV90_EVICT_FIRST, l2_prefetch=TV90_L2_PREFETCH)")  # fmt: skip
     a = ap.parse_args()
+    DESIGNS.update(a.design)
     if a.mode == "profile":
         return profile(a.variant)
     return race(a.json, a.quick) if a.mode == "race" else fixed()

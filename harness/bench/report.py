@@ -93,7 +93,7 @@ def race_section(races) -> list[str]:
             if not rows:
                 continue
             names = list(dict.fromkeys(n for r in rows for n in r["times"]))
-            peer_names = [n for n in names if n not in RACE_BUILDS]
+            peer_names = [n for n in names if not n.startswith("sm90a")]  # designs (sm90a+...) are ours
             out += [
                 f"### {title}",
                 "",
