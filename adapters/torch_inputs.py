@@ -60,10 +60,21 @@ class Checked:
         return bool((unpack_visibility(self.visibility, Q) == np.tril(np.ones((Q, Q), bool))[None]).all())
 
 
+def refuse_stand_ins(op: contract.OpContract, named: dict) -> None:
+    """InputError naming an array argument given as a contract.ArrayInfo: the contract's shape checks take one as an
+    array's stand-in (what this module makes of a device tensor), but a device implementation has no values behind
+    it. Called before any tensor is described, so only the caller's own stand-ins are refused."""
+    for a in op.args:
+        if a.kind == "array" and isinstance(named.get(a.name), contract.ArrayInfo):
+            raise contract.InputError(f"{a.name}: expected a torch CUDA tensor, got a contract.ArrayInfo (a shape and "
+                                      "dtype alone; a device implementation reads values)")  # fmt: skip
+
+
 def validate(q, kv_cache, block_table, prefix_lens, visibility, softmax_scale) -> Checked:
     """The contract's tree_verify checks on device inputs; InputError naming the argument."""
     given = {"q": q, "kv_cache": kv_cache, "block_table": block_table, "prefix_lens": prefix_lens,
              "visibility": visibility}  # fmt: skip
+    refuse_stand_ins(contract.TREE_VERIFY, given)
     args = {}
     for name, x in given.items():
         if not is_torch_cuda(x):
@@ -83,6 +94,7 @@ def validate_op(op: contract.OpContract, *args, **kwargs) -> contract.Checked:
     copied to the host (draft_topk's logits: bs·L·V elements); one they do not read is described by shape and
     dtype (contract.ArrayInfo)."""
     named = op.bind(*args, **kwargs)
+    refuse_stand_ins(op, named)
     for a in op.args:
         x = named[a.name]
         if a.kind != "array" or not is_torch_cuda(x):

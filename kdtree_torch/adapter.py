@@ -20,7 +20,7 @@ import importlib.util
 import numpy as np
 
 import contract
-from adapters import Capabilities, Implementation, Op
+from adapters import Capabilities, Implementation, Op, torch_inputs
 from contract import DRAFT_TOPK, TREE_ACCEPT, TREE_BUILD, TREE_VERIFY, limits
 
 
@@ -51,15 +51,11 @@ def _shapes(c: contract.OpContract, named: dict) -> contract.Checked:
     """The contract's shape-only checks, each tensor by its shape and dtype (anything else as it is), before any
     broadcast view is made contiguous (a refused shape may be terabytes)."""
     ops = _ops()
-    arrays = {a.name for a in c.args if a.kind == "array"}
+    torch_inputs.refuse_stand_ins(c, named)
     infos = {}
     for k, v in named.items():
         if _is_tensor(v) and v.device.type == "cuda":
             infos[k] = contract.ArrayInfo(tuple(v.shape), ops.numpy_dtype(k, v), c_contiguous=v.is_contiguous())
-        elif k in arrays and isinstance(v, contract.ArrayInfo):
-            # the shape-only checks take an ArrayInfo as an array's stand-in; handed to an operator it is no tensor
-            raise contract.InputError(f"{k}: expected a torch CUDA tensor, got a contract.ArrayInfo (a shape and "
-                                      f"dtype alone; the operators read values)")  # fmt: skip
         else:
             infos[k] = v
     return c.validate_shapes(**infos)

@@ -156,6 +156,13 @@ def test_validate_op_checks_device_inputs_by_the_contract(monkeypatch):
     assert isinstance(checked.args["visibility"], np.ndarray)  # read: copied
     with pytest.raises(contract.InputError, match=r"^q: "):
         torch_inputs.validate_op(contract.TREE_VERIFY, **{**args, "q": fake(args["q"].a[..., :512])})
+    # a caller's own ArrayInfo (the shape checks' stand-in for a tensor) has no values: refused by name, here and in
+    # tree_verify's validate, while the tensors this module describes itself pass
+    stand_in = contract.ArrayInfo(args["kv_cache"].a.shape, args["kv_cache"].a.dtype)
+    with pytest.raises(contract.InputError, match=r"^kv_cache: expected a torch CUDA tensor, got a contract.ArrayInfo"):
+        torch_inputs.validate_op(contract.TREE_VERIFY, **{**args, "kv_cache": stand_in})
+    with pytest.raises(contract.InputError, match=r"^kv_cache: expected a torch CUDA tensor, got a contract.ArrayInfo"):
+        torch_inputs.validate(**{**args, "kv_cache": stand_in})
 
 
 def test_capabilities_refuse_an_empty_dtype_list():
