@@ -76,7 +76,7 @@ verify_checks() {
 for s in $STAGES; do case $s in  # the timings first, alone on the GPU
   race) read -r -a race_args <<< "${RACE_ARGS:-}"  # a list of arguments
     stage race 280 "$PY" -m lab.tree_verify_race --json "$OUT/race.json" "${race_args[@]}"
-    sed -n '/^### /,$p' "$OUT/logs/race.log" > "$OUT/race.md" ;;
+    sed -n '/^## tree_verify/,$p' "$OUT/logs/race.log" > "$OUT/race.md" ;;
   profile) stage profile 200 ncu --set full --kernel-name regex:tree_verify_sm90a_kernel --launch-skip 1 \
     --launch-count 1 -f -o "$OUT/logs/profile" "$PY" -m lab.tree_verify_race profile
     ncu --import "$OUT/logs/profile.ncu-rep" --page details > "$OUT/logs/profile_details.txt" 2>&1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pathlib
 import statistics
 import sys
 
@@ -129,39 +130,16 @@ def run_shape(label, H, Q, prefix, bs, chain, peer_names, ceil):
     return row
 
 
-def table(title, rows):
-    names = list(dict.fromkeys(n for r in rows for n in r["times"]))
-    print(f"\n### {title}\n")
-    print("| shape | " + " | ".join(f"{n} µs" for n in names) + " | planned ÷ sm90a | best peer ÷ planned |")
-    print("|---|" + "---|" * (len(names) + 2))
-    for r in rows:
-        t = r["times"]
-        cells = [f"{t[n]['us']:.1f} ({t[n]['tflops']:.0f} TF, {t[n]['pct_read']:.0f} %)" if "us" in t[n] else "—"
-                 for n in names]  # fmt: skip
-        us = {n: t[n]["us"] for n in names if "us" in t[n]}
-        peers = [us[n] for n in us if not n.startswith("sm90a")]
-        ratio = f"{us['sm90a_planned'] / us['sm90a']:.2f}" if {"sm90a", "sm90a_planned"} <= us.keys() else "—"
-        vs = f"{min(peers) / us['sm90a_planned']:.2f}" if peers and "sm90a_planned" in us else "—"
-        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {ratio} | {vs} |")
-    errors = {(r["shape"], n): t["error"] for r in rows for n, t in r["times"].items() if "error" in t}
-    for (shape, n), e in errors.items():
-        print(f"- {shape} {n}: {e}")
-
-
 def provenance(quick: bool) -> dict:
-    """Where the numbers hold (tools.bench_report prints it): the device, the revision (GIT_REVISION, else git), the
-    date and the command."""
+    """Where the numbers hold (tools.bench_report prints it): the device, the revision, the date and the command."""
     import datetime
-    import os
-    import subprocess
 
     import torch
 
-    rev = (
-        os.environ.get("GIT_REVISION")
-        or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
-    )
-    return {"device": torch.cuda.get_device_name(), "revision": rev or "unknown",
+    from harness.device import git_revision
+
+    root = str(pathlib.Path(__file__).resolve().parent.parent)
+    return {"device": torch.cuda.get_device_name(), "revision": git_revision(root),
             "date": datetime.datetime.now(datetime.UTC).isoformat(),
             "command": "python3 -m lab.tree_verify_race" + (" --quick" if quick else "")}  # fmt: skip
 
@@ -183,9 +161,9 @@ def race(json_path=None, quick=False) -> int:
     for H, Q, P, bs in TREES[: 1 if quick else None]:
         out["trees"].append(run_shape(f"tree H{H} Q{Q} P{P // K}k bs{bs}", H, Q, P, bs, False,
                                       tuple(peers.CASCADES), ceil))  # fmt: skip
-    table("chains", out["chains"])
-    table("mixed-length batches (chains)", out["mixed"])
-    table("DDTree trees", out["trees"])
+    from harness.bench import report  # the tables docs/BENCHMARKS.md shows, from the same rows
+
+    print("\n".join(report.race_section([{**out, "file": json_path or "not saved"}])))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(out, f, indent=1)
