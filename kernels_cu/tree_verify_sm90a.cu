@@ -303,13 +303,18 @@ struct Cta {
   __device__ uint32_t ex(int k) const { return sQ + tv::sm90a_bar_offset() + 8 * k; }  // kExR0 ...
   __device__ uint32_t parity(int j) const { return (j >> 1) & 1; }  // the buffer's fill count, mod 2
 
-  // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread). Only the pages (or 64-row
-  // pieces of a page) that hold keys below kend are fetched.
+  // TMA boxes of a block: whole pages, or 64-row pieces of a page (box_rows rows each); boxes(k0, ...) per slab of
+  // the block starting at key k0: only those holding keys below kend are fetched.
+  __device__ int box_rows() const { return page_size < kBN ? page_size : kBN; }
+  __device__ int boxes(int k0, int rows) const {
+    const int hi = kend - k0 < kBN ? kend - k0 : kBN;  // keys of this block that are needed
+    return (hi + rows - 1) / rows;
+  }
+
+  // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread).
   __device__ void load(int j, int c_lo, int c_hi) const {
     const int k0 = kb0 + j * kBN;
-    const int box_rows = page_size < kBN ? page_size : kBN;
-    const int hi = kend - k0 < kBN ? kend - k0 : kBN;   // keys of this block that are needed
-    const int pieces = (hi + box_rows - 1) / box_rows;  // boxes per slab (whole pages, or a piece of one)
+    const int box_rows = this->box_rows(), pieces = boxes(k0, box_rows);
     for (int c = c_lo; c < c_hi; ++c) mbar_expect_tx(full(j, c), static_cast<uint32_t>(pieces * box_rows * 128));
     for (int pc = 0; pc < pieces; ++pc) {
       const int p = k0 + pc * box_rows;
@@ -331,11 +336,9 @@ struct Cta {
   // it: the largest wait of an H100 profile) waits for L2 rather than DRAM (one thread).
   __device__ void prefetch_l2(int j) const {
     if (j >= nblk) return;
-    const int k0 = kb0 + j * kBN;
-    const int box_rows = page_size < kBN ? page_size : kBN;
-    const int hi = kend - k0 < kBN ? kend - k0 : kBN;
-    for (int pc = 0; pc < (hi + box_rows - 1) / box_rows; ++pc) {
-      const int p = k0 + pc * box_rows, page = __ldg(bt + p / page_size);
+    const int k0 = kb0 + j * kBN, rows = box_rows();
+    for (int pc = 0; pc < boxes(k0, rows); ++pc) {
+      const int p = k0 + pc * rows, page = __ldg(bt + p / page_size);
       for (int c = 0; c < kSlabs; ++c) tma_prefetch_3d(kv_map, c * 64, p % page_size, page);
     }
   }
