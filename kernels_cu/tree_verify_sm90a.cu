@@ -122,7 +122,9 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 // Box {64 columns, box_rows rows, 1 page} of the cache viewed as [pages][page_size][576] (innermost first in
 // the coordinates), into shared memory at dst, completing its bytes on the mbarrier.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar) {
-#ifdef TV90_EVICT_FIRST  // a design (lab.tree_verify_race --design): the cache's lines marked first to leave L2
+  // The cache's lines are marked first to leave L2 (each is read once; FlashMLA's hint): an H100 race of the design
+  // beside the default (reports/h100/2026-12-07 call 6) gave 4-11 % on mixed-length batches and memory-bound bs 1,
+  // within 2 % elsewhere.
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   asm volatile(
@@ -130,23 +132,7 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int 
       "%3, %4}], [%5], %6;\n" ::"r"(dst),
       "l"(tmap), "r"(col), "r"(row), "r"(page), "r"(bar), "l"(policy)
       : "memory");
-#else
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(tmap), "r"(col), "r"(row), "r"(page), "r"(bar)
-      : "memory");
-#endif
 }
-
-#ifdef TV90_L2_PREFETCH
-// The same box into L2 only (no shared memory, no barrier): a later copy of it waits for L2, not for DRAM.
-__device__ __forceinline__ void tma_prefetch_3d(const void* tmap, int col, int row, int page) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global [%0, {%1, %2, %3}];\n" ::"l"(tmap), "r"(col), "r"(row),
-               "r"(page)
-               : "memory");
-}
-#endif
 
 // ------------------------------------------------------------------------------------------------ wgmma
 // Shared-memory matrix descriptor, 128-byte swizzle: start address, leading and stride byte offsets (>> 4).
@@ -330,20 +316,6 @@ struct Cta {
     if (j < nblk) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bt + (kb0 + j * kBN) / page_size));
   }
 
-#ifdef TV90_L2_PREFETCH
-  // A design (lab.tree_verify_race --design): block j's boxes into L2 a pair ahead of their copies, so that the
-  // refill of a buffer (issued only when both warpgroups' P·V of its block are done, right before the next S needs
-  // it: the largest wait of an H100 profile) waits for L2 rather than DRAM (one thread).
-  __device__ void prefetch_l2(int j) const {
-    if (j >= nblk) return;
-    const int k0 = kb0 + j * kBN, rows = box_rows();
-    for (int pc = 0; pc < boxes(k0, rows); ++pc) {
-      const int p = k0 + pc * rows, page = __ldg(bt + p / page_size);
-      for (int c = 0; c < kSlabs; ++c) tma_prefetch_3d(kv_map, c * 64, p % page_size, page);
-    }
-  }
-#endif
-
   // S of block j, slab C (4 k-steps of 16 dims), once the slab has landed.
   template <int C>
   __device__ __forceinline__ void s_slab(float (&s)[32], int j, bool first) const {
@@ -367,16 +339,6 @@ struct Cta {
     if constexpr (LO <= 7 + ODD && 7 + ODD < HI) s_slab<7>(s, j, false);
     if constexpr (!ODD && LO <= 8 && 8 < HI) s_slab<8>(s, j, false);
   }
-
-#ifdef TV90_OWN_PV_FIRST
-  // A design's S of an odd block (lab.tree_verify_race --design): slabs 4-7 first (refilled by warpgroup 1 itself as
-  // soon as its own P1·V is done), then 0-3 and 8 (refilled by warpgroup 0 after its P1·V).
-  __device__ __forceinline__ void s_block_own_first(float (&s)[32], int j) const {
-    s_slab<4>(s, j, true), s_slab<5>(s, j, false), s_slab<6>(s, j, false), s_slab<7>(s, j, false);
-    s_slab<0>(s, j, false), s_slab<1>(s, j, false), s_slab<2>(s, j, false), s_slab<3>(s, j, false);
-    s_slab<8>(s, j, false);
-  }
-#endif
 
   // The first S of a warpgroup, before its loop: the whole block, waited for.
   template <bool ODD>
@@ -506,34 +468,6 @@ __device__ __forceinline__ void store_p(uint32_t sP, const uint32_t (&pb)[4][4],
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pb[j >> 1][(j & 1) * 2 + h]) : "memory");
     }
 }
-
-#ifdef TV90_OWN_PV_FIRST
-// The inverse of store_p by ldmatrix: k-step kk's A fragment is the four 8 x 8 matrices (rows 0-7 | 8-15 of the
-// warp's 16) x (keys 16kk .. +7 | +8 .. +15), lanes 8i .. 8i + 7 giving matrix i's row addresses.
-__device__ __forceinline__ void load_p(uint32_t (&a)[4][4], uint32_t sP, int w, int lane) {
-  const int r = 16 * w + (lane & 7) + 8 * ((lane >> 3) & 1);
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t addr = sP + r * 128 + (((2 * kk + (lane >> 4)) ^ (r & 7)) << 4);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
-                 : "r"(addr)
-                 : "memory");
-  }
-}
-// P *= c per row (fragment register e holds row ra + 8·(e & 1)), rounded to bf16 again; skipped by a warp whose
-// factors are all 1 (no bit would change).
-__device__ __forceinline__ void scale_p(uint32_t (&a)[4][4], const float (&c)[2]) {
-  if (!__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) return;
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float lo = __uint_as_float(a[kk][e] << 16), hi = __uint_as_float(a[kk][e] & 0xffff0000u);
-      a[kk][e] = pack_bf16(lo * c[e & 1], hi * c[e & 1]);
-    }
-}
-#endif
 
 // O *= c per row. Skipped by a warp whose rows all keep their max (c = 1 exactly: the product would change no
 // bit), which is most blocks once the running max has settled.
@@ -666,9 +600,6 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
-#ifdef TV90_L2_PREFETCH
-      if (wt == 0) x.prefetch_l2(j0 + 4);  // the next pair's even refill
-#endif
       float m0[2], c0[2], sum[2];
       softmax_rest(sacc, rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane), pb, x, m_run, m0, c0, sum);
       x.zero_tail(j0, wt, 0);
@@ -719,84 +650,11 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(sacc);
     }
   } else {  // -------------------------------------------------------- warpgroup 1: odd blocks, columns 256..511
-#ifdef TV90_OWN_PV_FIRST
-    // A design (lab.tree_verify_race --design): warpgroup 1's own P1·V first, then P0·V with P0 taken into registers
-    // and scaled by c1 (O1 = O1·c0·c1 + P1·V1 + (c1·P0)·V0, FlashMLA's order), both issued back to back before R1, so
-    // that warpgroup 0's P1·V queues behind them; buffer 1's slabs 4-7 are refilled once P1·V is done, while P0·V
-    // still runs, and the next odd S starts on them. Warpgroup 0's half of O uses P0 unscaled: the halves' P0 bits
-    // differ where c1 < 1.
     x.first_s<true>(sacc, 1);
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
-      BlockMax bm1;
-      if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
-      mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0
-      float m0[2], c0[2], c1[2] = {1.f, 1.f}, c01[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        m0[h] = lds(x.stat(kM0, ra + 8 * h));
-        c0[h] = lds(x.stat(kC0, ra + 8 * h));
-        l_run[h] *= c0[h];
-        m_run[h] = m0[h];
-      }
-      if (has1) {
-        float m1[2], sum[2];
-        softmax_rest(sacc, bm1, pb, x, m0, m1, c1, sum);
-        x.zero_tail(j1, wt, 1);
-        store_p(x.sp(j1), pb, ra, lane);
-        if ((lane & 3) == 0) {
-          sts(x.stat(kM1, ra), m1[0]), sts(x.stat(kM1, ra + 8), m1[1]);
-          sts(x.stat(kC1, ra), c1[0]), sts(x.stat(kC1, ra + 8), c1[1]);
-        }
-        fence_async_smem();
-#pragma unroll
-        for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c1[h] + sum[h], m_run[h] = m1[h];
-      }
-      uint32_t p0[4][4];
-      load_p(p0, x.sp(j0), w, lane);
-      if (next0) mbar_arrive(x.ex(kExP0Free));  // P0 is in registers: its shared-memory copy may be overwritten
-      scale_p(p0, c1);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) c01[h] = c0[h] * c1[h];
-      scale_o(o, c01);
-      pin(o);
-      pin(pb);
-      pin(p0);
-      wg_fence();
-      if (has1) {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_rs_mn256(o, pb[kk], desc_v256(x.vdesc(j1), 4, kk));
-      }
-      wg_commit();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs_mn256(o, p0[kk], desc_v256(x.vdesc(j0), 4, kk));
-      wg_commit();
-      if (has1) mbar_arrive(x.ex(kExR1));
-      wg_wait<1>();  // P1·V done: buffer 1's slabs 4-7 are free
-      if (next1 && wt == 0) x.load(j1 + 2, 4, 8);
-      wg_wait<0>();  // P0·V done: buffer 0's slabs 4-8 are free
-      pin(o);
-      if (next0 && wt == 0) x.load(j0 + 2, 4, kSlabs);
-      if (next1) {
-        pin(sacc);
-        x.s_block_own_first(sacc, j1 + 2);
-      }
-      wg_commit();
-      wg_wait<0>();
-      pin(o);
-      pin(sacc);
-    }
-#else
-    x.first_s<true>(sacc, 1);
-    for (int i = 0; i < npairs; ++i) {
-      const int j0 = 2 * i, j1 = j0 + 1;
-      const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
-      if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
-#ifdef TV90_L2_PREFETCH
-      if (wt == 0) x.prefetch_l2(j1 + 4);  // the next pair's odd refill
-#endif
       BlockMax bm1;  // this warpgroup's block's row maxima while warpgroup 0 still works on its softmax
       if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
       mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0
@@ -847,7 +705,6 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(o);
       pin(sacc);
     }
-#endif
   }
 
   // The combine (a programmatic dependent launch) may be scheduled once every CTA got here: its launch overlaps the

@@ -60,7 +60,7 @@ def builds():
 
 
 def design(text: str) -> tuple[str, dict[str, str]]:
-    """`evict_first=TV90_EVICT_FIRST` -> ("evict_first", {"TV90_EVICT_FIRST": "1"}); NAME=VALUE defines keep VALUE
+    """`seesaw=TV90_SEESAW` -> ("seesaw", {"TV90_SEESAW": "1"}); NAME=VALUE defines keep VALUE
     (`a=X:2,Y` for X=2 and Y)."""
     label, _, names = text.partition("=")
     if not label or not names:
@@ -220,7 +220,7 @@ def main():
     ap.add_argument("--variant", default="sm90a_planned", choices=["sm90a", "sm90a_planned"])
     ap.add_argument("--design", type=design, action="append", default=[],
                     help="LABEL=DEFINE[,DEFINE...]: both builds with these defines too (e.g. "
-                    "evict_first=TV90_EVICT_FIRST, l2_prefetch=TV90_L2_PREFETCH)")  # fmt: skip
+                    "seesaw=TV90_SEESAW for a kernel source with an #ifdef TV90_SEESAW design)")  # fmt: skip
     a = ap.parse_args()
     DESIGNS.update(a.design)
     if a.mode == "profile":
