@@ -26,7 +26,9 @@
 #            conformance mutants sanitizer perf;
 #            check = conformance, mutants and sanitizer side by side (one wall-clock bound)
 #   baseline: compares OUT/perf-*.json with KDTREE_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
-# Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run).
+# Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run), JOBS (8
+#   xdist workers), CONFORMANCE_PATHS (the conformance stage's test paths, "conformance meta"; a subset splits the stage
+#   over runs that each fit a time limit).
 # OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
@@ -74,8 +76,10 @@ stage_conformance() {
   # every clause on the GPU for every cuda variant and the reference (the CPU-only reference mutants and the
   # kernel mutants, which have their own stage, are left out)
   # SIGINT at the limit: pytest still prints what failed, the slowest tests and the report of what ran
-  run conformance timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest conformance meta --impl cuda --impl reference \
-      --require-gpu -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --durations=30 \
+  # (sm90a_planned is named: `--impl cuda` is the default build of each op's variants, the planned mode is not one)
+  local paths; read -r -a paths <<< "${CONFORMANCE_PATHS:-conformance meta}"
+  run conformance timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest "${paths[@]}" --impl cuda --impl cuda:sm90a_planned \
+      --impl reference --require-gpu -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --durations=30 \
       --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
 }
 stage_mutants() {
