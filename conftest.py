@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 from harness import claims, device, env_names, gpu_health, impls, profiles, selection, spec
-from harness.bench import ceilings, stages
+from harness.bench import ceilings, record, stages
 
 pytest_plugins = ["harness.reporting"]
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -206,7 +206,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
 def pytest_benchmark_update_json(config, benchmarks, output_json):
     """The run's own facts beside pytest-benchmark's: the command, the stage, and the ceilings measured."""
     output_json["kdtr"] = {
-        "command": " ".join(["pytest", *config.invocation_params.args]),
+        "command": record.portable_command(list(config.invocation_params.args), config.getoption("benchmark_json")),
         "stage": config.getoption("--perf-stage"),
         "quick": config.getoption("--perf-quick"),
         "comparators": not config.getoption("--perf-no-comparators"),

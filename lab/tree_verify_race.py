@@ -141,7 +141,8 @@ def provenance(quick: bool) -> dict:
     root = str(pathlib.Path(__file__).resolve().parent.parent)
     return {"device": torch.cuda.get_device_name(), "revision": git_revision(root),
             "date": datetime.datetime.now(datetime.UTC).isoformat(),
-            "command": "python3 -m lab.tree_verify_race" + (" --quick" if quick else "")}  # fmt: skip
+            "command": "python3 -m lab.tree_verify_race" + (" --quick" if quick else "")
+            + "".join(f" --design {label}={','.join(d)}" for label, d in DESIGNS.items())}  # fmt: skip
 
 
 def race(json_path=None, quick=False) -> int:
@@ -163,7 +164,7 @@ def race(json_path=None, quick=False) -> int:
                                       tuple(peers.CASCADES), ceil))  # fmt: skip
     from harness.bench import report  # the tables docs/BENCHMARKS.md shows, from the same rows
 
-    print("\n".join(report.race_section([{**out, "file": json_path or "not saved"}])))
+    print("\n".join(report.race_section([{**out, "file": pathlib.Path(json_path).name if json_path else "not saved"}])))
     if json_path:
         with open(json_path, "w") as f:
             json.dump(out, f, indent=1)

@@ -130,6 +130,41 @@ def test_step_section_sets_the_step_beside_the_users_round():
     assert report._measured_step_lines([case], 16) == []
 
 
+def test_the_recorded_command_names_no_machine_path(tmp_path):
+    """A perf run's JSON records its command with its output folder written OUT (a committed file names no machine
+    path); a path elsewhere stays as typed."""
+    from harness.bench import record
+
+    out = tmp_path / "run"
+    args = ["perf", f"--benchmark-json={out}/perf-step.json", "--report-dir", f"{out}/logs/x", "-k", "/other/p"]
+    assert record.portable_command(args, out / "perf-step.json") == (
+        "pytest perf --benchmark-json=OUT/perf-step.json --report-dir OUT/logs/x -k /other/p"
+    )
+    assert record.portable_command(["perf"], None) == "pytest perf"
+
+
+def test_the_operators_round_is_its_own_table_not_a_step_row():
+    """perf/bench_torch_ops.py records op "step" with impl "torch-ops": a table of their own (the operators in a graph
+    beside Step's graph, the eager costs), never rows of the step's table."""
+    from harness import timing
+    from harness.bench import record
+
+    shape = {"bs": 8, "B": 64, "H": 128, "prefix": 8192, "V": 163840, "L": 16, "K": 32, "dtype": "bf16"}
+    step = record.build(op="step", impl="cuda:step", shape=shape, time=timing.summary([100.0], where="host"),
+                        extra={"device_us": 95.0})  # fmt: skip
+    ops = record.build(
+        op="step", impl=report.TORCH_OPS, shape=shape, time=timing.summary([101.0], where="device"),
+        extra={"step_graph_us": 100.0, "eager_round_us": 650.0, "step_eager_round_us": 80.0,
+               "eager_overhead_us": {"draft_topk": 90.0, "tree_verify": 110.0}},
+    )  # fmt: skip
+    text = "\n".join(report.step_section([step, ops]))
+    assert sum(line.startswith("| 128 | 64 | 8 |") for line in text.splitlines()) == 2, text  # one row per table
+    operators = text.split("### The step as PyTorch operators")[1]
+    (row,) = [line for line in operators.splitlines() if line.startswith("| 128")]
+    assert row == "| 128 | 64 | 8 | 101 | 100 | 1.0 % | 650 | 80 | draft_topk 90, tree_verify 110 |", row
+    assert "### The step as PyTorch operators" in "\n".join(report.step_section([ops]))  # without step records too
+
+
 def test_step_per_model_lines_add_the_layers_to_the_measured_parts():
     """Per model and TP: tree_verify once per layer, the non-verify work once per step, the users' non-verify time
     (their round less the step's verify) and the milliseconds saved; heads not measured are named."""

@@ -24,6 +24,8 @@ harness/bench/fallbacks.py's (FAMILIES); a case without selection has no `fallba
 
 from __future__ import annotations
 
+import pathlib
+
 SCHEMA = "kdtr-bench/1"
 REQUIRED = ("schema", "op", "impl", "shape", "time", "bytes", "flops", "gbs", "tflops", "ceilings", "fraction",
             "comparators", "speedups")  # fmt: skip
@@ -168,3 +170,15 @@ def _fallback_problems(fb) -> list[str]:
         elif counts[0] + counts[1] != counts[2] or counts[2] > n or e["rate"] != counts[2] / n:
             out.append(f"fallback {family!r}: {counts[2]} replayed of {n} is not rate {e['rate']!r}")
     return out
+
+
+def portable_command(args: list[str], out_file: str | pathlib.Path | None) -> str:
+    """The pytest command line a run records, without this machine's paths: the folder of its --benchmark-json file
+    (and everything under it: a --report-dir beside it) is written OUT, so a committed JSON names what anyone would
+    type."""
+    line = " ".join(["pytest", *args])
+    if out_file:
+        folder = str(pathlib.Path(out_file).resolve().parent)
+        if folder != "/":
+            line = line.replace(folder + "/", "OUT/").replace(folder, "OUT")
+    return line

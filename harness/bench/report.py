@@ -389,9 +389,10 @@ def step_section(cases) -> list[str]:
     """One DDTree step on the device (kernels_cu.step, one CUDA graph per round) beside the users' round: its round
     on a host clock, its device time against the sum of its ops launched alone, each op's share, the host waits
     counted in a round, and the users' rounds (their host clock) with the ratio users' round / step round."""
-    ops = sorted((c for c in cases if c["op"] == "step"), key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))
+    ops = sorted((c for c in cases if c["op"] == "step" and c.get("impl") != TORCH_OPS),
+                 key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))  # fmt: skip
     if not ops:
-        return []
+        return torch_ops_lines(cases)
     names = [n for n in STEP_USERS if any(n in c["comparators"] for c in ops)]
     lines = [
         "## One DDTree step on the device",
@@ -420,7 +421,41 @@ def step_section(cases) -> list[str]:
             + " | ".join(cells)
             + " |"
         )
-    return [*lines, "", *step_per_model_lines(ops)]
+    return [*lines, "", *step_per_model_lines(ops), *torch_ops_lines(cases)]
+
+
+TORCH_OPS = "torch-ops"  # perf/bench_torch_ops.py's records: the step's round as torch.ops.kdtree operators
+
+
+def torch_ops_lines(cases) -> list[str]:
+    """The step's round made of the PyTorch operators (torch.ops.kdtree.*, perf/bench_torch_ops.py) beside Step's own
+    graph: captured in a CUDA graph (device time) and called eagerly (host time per round and per operator call)."""
+    rows = sorted((c for c in cases if c["op"] == "step" and c.get("impl") == TORCH_OPS),
+                  key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))  # fmt: skip
+    if not rows:
+        return []
+    out = [
+        "### The step as PyTorch operators",
+        "",
+        "The same round made of `torch.ops.kdtree.*` calls (the same kernels): in a CUDA graph, device time beside "
+        "`kernels_cu.step.Step`'s graph (events, L2 flushed); eagerly, the round's host time beside Step's eager "
+        "launches and each operator call's host time over its bare launch (shape checks, the prepared-call lookup, "
+        "torch's dispatcher).",
+        "",
+        "| H | B | bs | operators in a graph µs | Step's graph µs | difference | eager round µs | Step eager µs | "
+        "host µs over the bare launch per call |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in rows:
+        sh, ex = c["shape"], c.get("extra", {})
+        step_us, ops_us = ex.get("step_graph_us"), c["time"]["median_us"]
+        over = ", ".join(f"{k} {fmt(v)}" for k, v in ex.get("eager_overhead_us", {}).items()) or "—"
+        out.append(
+            f"| {sh['H']} | {sh['B']} | {sh['bs']} | {fmt(ops_us)} | {fmt(step_us)} | "
+            f"{pct((ops_us - step_us) / step_us) if step_us else '—'} | {fmt(ex.get('eager_round_us'))} | "
+            f"{fmt(ex.get('step_eager_round_us'))} | {over} |"
+        )
+    return [*out, ""]
 
 
 TENSOR_PARALLEL = (1, 8)  # the attention heads a GPU holds: the model's heads / TP
