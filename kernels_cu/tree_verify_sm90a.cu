@@ -18,7 +18,7 @@
 //   wait; O0 *= c1; O0 += P1·V(j1)[0..255]    <--R1   (P0·V done) refill buffer 0's slabs 4-8   --P0 free-->
 //   S(j0+2), slabs 0-3                                O1 *= c1; O1 += P1·V(j1)[256..511] (P1 in regs)
 //   (P1·V done) refill buffer 1's slabs 0-3 and 8     (P1·V done) refill buffer 1's slabs 4-7
-//   S(j0+2), slabs 4-8                                S(j1+2), slabs 0-3, 8, 4-7
+//   S(j0+2), slabs 4-8                 --S0 issued--> S(j1+2), slabs 0-3, 8, 4-7
 //
 // Both halves of O use the same bf16 P of each block; l (the softmax denominator) is summed by the warpgroup
 // that computed the block's P, from its fp32 values, and the two partial sums are added at the end. A slab of
@@ -64,8 +64,13 @@ static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buf
 // kExR1: the same from warpgroup 1 for the odd block (once per pair that has one);
 // kExP0Free: warpgroup 1's read of P0 has completed, so the next pair's P0 may be written;
 // kExZero0 (+1 for warpgroup 1): a warpgroup's own threads have zeroed the last block's tail rows (once per CTA;
-// a named barrier of 128 threads there made racecheck lose the order of the epilogue's block barrier).
-constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20, kExZero0 = 21;
+// a named barrier of 128 threads there made racecheck lose the order of the epilogue's block barrier);
+// kExS0: warpgroup 0 has issued the whole S of its next block (once per pair that has a next even block): warpgroup
+// 1 issues the S of its own next block only then. The tensor pipe takes the warpgroups' wgmma in issue order, and the
+// next even S is on the critical path (warpgroup 0's softmax of it opens the next pair, while the odd S is needed only
+// after warpgroup 1's R0 wait): issued first, it completes first and the odd S runs during that softmax, where the
+// pipe had nothing queued (no arithmetic changes: the same products in the same order, the same bits).
+constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20, kExZero0 = 21, kExS0 = 23;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -552,7 +557,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   }
   if (tid == 0) {
     for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.sQ + tv::sm90a_bar_offset() + 8 * i, 1);
-    for (int k = kExR0; k <= kExZero0 + 1; ++k) mbar_init(x.ex(k), 128);
+    for (int k = kExR0; k <= kExS0; ++k) mbar_init(x.ex(k), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     // the first two blocks' copies now, so that their latency overlaps the q tile's loads below (the buffers are
     // apart from q's region; the other threads wait for the copies on the slab barriers after the block barrier)
@@ -643,7 +648,12 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         x.load(j1 + 2, 0, 4);
         x.load(j1 + 2, 8, kSlabs);
       }
-      if (next0) x.s_block<false, 4, 9>(sacc, j0 + 2);
+      if (next0) {
+        x.s_block<false, 4, 9>(sacc, j0 + 2);
+#ifndef TV90_WG1_S_EAGER  // the order before kExS0, kept for the race (lab.tree_verify_race --design)
+        mbar_arrive(x.ex(kExS0));
+#endif
+      }
       wg_commit();
       wg_wait<0>();
       pin(o);
@@ -697,6 +707,9 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(o);
       if (next1) {
         if (wt == 0) x.load(j1 + 2, 4, 8);  // buffer 1's slabs 4-7: read last by this warpgroup
+#ifndef TV90_WG1_S_EAGER
+        mbar_wait(x.ex(kExS0), i & 1);  // warpgroup 0's next S is issued (next1 implies next0: it arrives)
+#endif
         pin(sacc);
         x.s_block<true, 0, 9>(sacc, j1 + 2);
       }
