@@ -68,7 +68,9 @@ def test_parse_rejects_malformed_clauses(text, err):
     ],
 )
 def test_collection_rejects_unknown_or_missing_clause(body, msg):
-    probe = ROOT / "conformance" / f"test_zz_meta_probe_{uuid.uuid4().hex[:12]}.py"  # unique: tests run in parallel
+    # unique (tests run in parallel) and outside python_files (test_*.py), so that no other test's collection of
+    # conformance/ picks it up while it exists: pytest collects a file named on its command line whatever its name
+    probe = ROOT / "conformance" / f"meta_probe_{uuid.uuid4().hex[:12]}.py"
     probe.write_text(body)
     try:
         out = subprocess.run(

@@ -172,13 +172,15 @@ def _fallback_problems(fb) -> list[str]:
     return out
 
 
-def portable_command(args: list[str], out_file: str | pathlib.Path | None) -> str:
+def portable_command(args: list[str], out_file: object) -> str:
     """The pytest command line a run records, without this machine's paths: the folder of its --benchmark-json file
     (and everything under it: a --report-dir beside it) is written OUT, so a committed JSON names what anyone would
     type."""
     line = " ".join(["pytest", *args])
-    if out_file:
-        folder = str(pathlib.Path(out_file).resolve().parent)
+    if not isinstance(out_file, (str, pathlib.Path)):  # pytest-benchmark may hand over the file it opened
+        out_file = getattr(out_file, "name", None)
+    if isinstance(out_file, (str, pathlib.Path)):
+        folder = str(pathlib.Path(out_file).absolute().parent)  # as typed: resolve() would follow links
         if folder != "/":
             line = line.replace(folder + "/", "OUT/").replace(folder, "OUT")
     return line
