@@ -130,6 +130,30 @@ def test_step_section_sets_the_step_beside_the_users_round():
     assert report._measured_step_lines([case], 16) == []
 
 
+def test_the_step_aims_are_counted_over_its_shapes():
+    """Under the step's table: its non-verify work against each users' round's (>= 10x), the graph against its
+    kernels' sum (within 5 %), the host waits (none), each counted over the shapes with the range."""
+    from harness import timing
+    from harness.bench import record
+
+    def case(bs, users_us, over, syncs):
+        return record.build(
+            op="step", impl="cuda:step", shape={"bs": bs, "B": 64, "H": 128, "prefix": 8192, "V": 163840, "L": 16,
+                                                "K": 32, "dtype": "bf16"},
+            time=timing.summary([100.0], where="host"),
+            comparators={"users_round_cpp": record.comparator(timing.summary([users_us], where="host"))},
+            extra={"alone_us": {"draft_topk": 5.0, "tree_build": 3.0, "tree_verify": 35.0, "tree_accept": 2.0},
+                   "graph_over_sum": over, "host_syncs_in_3_rounds": syncs},
+        )  # fmt: skip
+
+    # non-verify work 10 µs; the users' 135 - 35 = 100 (10x: met) and 85 - 35 = 50 (5x)
+    text = "\n".join(report._step_aims([case(1, 135.0, 1.02, 0), case(8, 85.0, 1.08, 1)]))
+    assert "≥ 10× vs cpp at 1 of 2 (5–10×)" in text, text
+    assert "within 5 % of its kernels' sum at 1 of 2 (device / sum 1.02–1.08)" in text, text
+    assert "no host wait in a round at 1 of 2" in text and "python_heapq" not in text, text
+    assert report._step_aims([]) == []
+
+
 def test_the_recorded_command_names_no_machine_path(tmp_path):
     """A perf run's JSON records its command with its output folder written OUT (a committed file names no machine
     path); a path elsewhere stays as typed."""

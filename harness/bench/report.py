@@ -421,7 +421,43 @@ def step_section(cases) -> list[str]:
             + " | ".join(cells)
             + " |"
         )
-    return [*lines, "", *step_per_model_lines(ops), *torch_ops_lines(cases)]
+    return [*lines, "", *_step_aims(ops), *step_per_model_lines(ops), *torch_ops_lines(cases)]
+
+
+def _non_verify(c) -> tuple[float, float, dict[str, float]] | None:
+    """(tree_verify alone, the step's non-verify work, {users' builder: their non-verify time}) for one step case with
+    its ops timed alone: the work is draft_topk + tree_build + tree_accept; the users' round does the same verify and
+    accept, so its non-verify time is its round less the step's tree_verify (a host clock less a device time: the
+    users' copies and waits stay in it). None without the ops' times."""
+    alone = c.get("extra", {}).get("alone_us") or {}
+    if "tree_verify" not in alone:
+        return None
+    verify = alone["tree_verify"]
+    users = {n: c["comparators"][n]["time"]["median_us"] - verify for n in STEP_USERS
+             if (c["comparators"].get(n) or {}).get("time")}  # fmt: skip
+    return verify, sum(v for o, v in alone.items() if o != "tree_verify"), users
+
+
+def _step_aims(ops) -> list[str]:
+    """The step's aims counted over the table's shapes: its non-verify work >= 10x smaller than each users' round's,
+    the replayed graph within 5 % of its kernels' sum, no host wait in a round."""
+    parts = []
+    for n in STEP_USERS:
+        xs = [users[n] / work for _, work, users in filter(None, map(_non_verify, ops)) if n in users and work > 0]
+        if xs:
+            met = sum(x >= 10 for x in xs)
+            parts.append(
+                f"≥ 10× vs {n.removeprefix('users_round_')} at {met} of {len(xs)} ({fmt(min(xs))}–{fmt(max(xs))}×)"
+            )
+    over = [c["extra"]["graph_over_sum"] for c in ops if c.get("extra", {}).get("graph_over_sum") is not None]
+    syncs = [c["extra"]["host_syncs_in_3_rounds"] for c in ops if "host_syncs_in_3_rounds" in c.get("extra", {})]
+    if over:
+        parts.append(f"the graph within 5 % of its kernels' sum at {sum(abs(x - 1) <= 0.05 for x in over)} of "
+                     f"{len(over)} (device / sum {fmt(min(over))}–{fmt(max(over))})")  # fmt: skip
+    if syncs:
+        parts.append(f"no host wait in a round at {sum(x == 0 for x in syncs)} of {len(syncs)}")
+    return [f"Aims met (non-verify work = draft_topk + tree_build + tree_accept alone; the users' = their round less "
+            f"the step's tree_verify): {'; '.join(parts)}.", ""] if parts else []  # fmt: skip
 
 
 TORCH_OPS = "torch-ops"  # perf/bench_torch_ops.py's records: the step's round as torch.ops.kdtree operators
@@ -474,12 +510,8 @@ def step_per_model_lines(steps) -> list[str]:
     for m in e2e.MODELS:
         for tp in TENSOR_PARALLEL:
             for c in (c for c in measured if c["shape"]["H"] == m.heads // tp):
-                alone = c["extra"]["alone_us"]
-                verify = alone["tree_verify"]
-                work = sum(v for o, v in alone.items() if o != "tree_verify")
-                users = {n: c["comparators"][n]["time"]["median_us"] - verify for n in STEP_USERS
-                         if (c["comparators"].get(n) or {}).get("time")}  # fmt: skip
-                rows.append((m, tp, c, verify, work, users))
+                if parts := _non_verify(c):
+                    rows.append((m, tp, c, *parts))
     if not rows:
         return []
     out = [
