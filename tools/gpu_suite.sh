@@ -28,7 +28,8 @@
 #   baseline: compares OUT/perf-*.json with KDTREE_PERF_BASELINE/perf-*.json (a folder; skipped when unset)
 # Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run), JOBS (8
 #   xdist workers), CONFORMANCE_PATHS (the conformance stage's test paths, "conformance meta"; a subset splits the stage
-#   over runs that each fit a time limit).
+#   over runs that each fit a time limit), SANITIZER_TOOLS (the sanitizer stage's compute-sanitizer tools, "memcheck
+#   racecheck initcheck synccheck"; the four take more than 10 minutes).
 # OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
@@ -93,7 +94,7 @@ stage_sanitizer() {
   TV_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.for_op("tree_verify")))')
   # tree_build and tree_accept through their conformance tests; tree_verify through the dev tool's sanitize
   # case list (every dtype path, forced splits, page sizes: its hypothesis tests take too long under a tool)
-  for tool in memcheck racecheck initcheck synccheck; do
+  for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do  # a subset splits the stage over runs
     HYPOTHESIS_PROFILE=dev run "sanitizer_$tool" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
         --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
         conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
