@@ -68,8 +68,9 @@ static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buf
 // kExS0: warpgroup 0 has issued the whole S of its next block (once per pair that has a next even block): warpgroup
 // 1 issues the S of its own next block only then. The tensor pipe takes the warpgroups' wgmma in issue order, and the
 // next even S is on the critical path (warpgroup 0's softmax of it opens the next pair, while the odd S is needed only
-// after warpgroup 1's R0 wait): issued first, it completes first and the odd S runs during that softmax, where the
-// pipe had nothing queued (no arithmetic changes: the same products in the same order, the same bits).
+// after warpgroup 1's R0 wait): issued first, it completes first and the odd S runs during that softmax. No arithmetic
+// changes (the same products in the same order, the same bits); 2-5 % faster on compute-bound shapes, the same
+// elsewhere (an H100 race against the old order, reports/h100/2026-12-07 call 7).
 constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20, kExZero0 = 21, kExS0 = 23;
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
@@ -650,9 +651,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       }
       if (next0) {
         x.s_block<false, 4, 9>(sacc, j0 + 2);
-#ifndef TV90_WG1_S_EAGER  // the order before kExS0, kept for the race (lab.tree_verify_race --design)
         mbar_arrive(x.ex(kExS0));
-#endif
       }
       wg_commit();
       wg_wait<0>();
@@ -707,9 +706,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       pin(o);
       if (next1) {
         if (wt == 0) x.load(j1 + 2, 4, 8);  // buffer 1's slabs 4-7: read last by this warpgroup
-#ifndef TV90_WG1_S_EAGER
         mbar_wait(x.ex(kExS0), i & 1);  // warpgroup 0's next S is issued (next1 implies next0: it arrives)
-#endif
         pin(sacc);
         x.s_block<true, 0, 9>(sacc, j1 + 2);
       }
