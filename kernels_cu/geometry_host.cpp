@@ -7,6 +7,9 @@
 #include "tree_build.cuh"
 #include "tree_verify.cuh"
 
+#include <algorithm>
+#include <vector>
+
 extern "C" {
 // The per-arch limits of arch_limits.cuh: the row of compute capability cc (all zero when the table has none), the
 // fields named by KERNEL_ARCH_LIMIT_FIELDS.
@@ -98,18 +101,24 @@ void tv_planned_schedule(const long long* n_keys, int bs, long long rows, int va
     return n;
   }));
   long long slots = 0, unit = 0, most = 0;
+  std::vector<int> order(bs);  // the unit table's request order (plan_goes_before); the slots stay in request order
   for (int b = 0; b < bs; ++b) {
     const long long s = tv::plan_splits(blocks(b), T);
     chunk[b] = tv::plan_chunk_blocks(blocks(b), T) * bn;
     off[b] = s > 1 ? slots : 0;
     slots += s > 1 ? s : 0;
     most = s > most ? s : most;
-    for (long long sp = 0; sp < s; ++sp)
+    order[b] = b;
+  }
+  std::sort(order.begin(), order.end(), [&](int r, int b) {
+    return tv::plan_goes_before(tv::plan_chunk_blocks(blocks(r), T), r, tv::plan_chunk_blocks(blocks(b), T), b);
+  });
+  for (const int b : order)
+    for (long long sp = 0, s = tv::plan_splits(blocks(b), T); sp < s; ++sp)
       for (long long t = 0; t < tiles; ++t, ++unit) {
         int* u = units + 1 + tv::kPlanUnitFields * unit;
         u[0] = int(t), u[1] = int(sp), u[2] = b;
       }
-  }
   units[0] = int(unit);
   out[0] = T, out[1] = unit, out[2] = slots, out[3] = most;
 }

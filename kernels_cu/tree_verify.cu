@@ -705,7 +705,8 @@ extern "C" __global__ void __launch_bounds__(tv::kCombineThreads) tree_verify_co
 // The planned schedule (tv::planned_target, tree_verify.cuh) on the device, by each block of the plan kernel for its
 // own request: warp w prices W = w + 1 waves (its lanes sum the requests' splits), thread 0 takes the cheapest in the
 // host's order, so every block, and the host plan of the checked call, get the same target; then the request's
-// chunk, its first partial slot and its units (row tile, split, request) at its place in the unit table. A request's
+// chunk, its first partial slot and its units (row tile, split, request) at its place in the unit table (after the
+// units of every request that tv::plan_goes_before it: each block counts them over the whole batch). A request's
 // length is clamped into [0, max_keys - Q] here: a refused one is planned in bounds (its results are never returned).
 namespace {  // (each variant's build is one translation unit of the engine: nothing here may clash)
 struct PlannedRequest {
@@ -733,10 +734,10 @@ struct WarpSplits {  // the batch's splits at target T, summed by one warp (ever
 __device__ PlannedRequest plan_request_on_device(const PlanLengths lens, int bs, int b, long long tiles,
                                                  long long ctas, int v, int* __restrict__ units) {
   __shared__ long long s_cost[tv::kPlanWaves], s_target[tv::kPlanWaves];
-  __shared__ unsigned long long s_longest, s_before, s_slots_before;
+  __shared__ unsigned long long s_longest, s_before, s_slots_before, s_total;
   __shared__ long long s_T;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (tid == 0) s_longest = 1, s_before = 0, s_slots_before = 0;
+  if (tid == 0) s_longest = 1, s_before = 0, s_slots_before = 0, s_total = 0;
   __syncthreads();
   unsigned long long longest = 1;
   for (int r = tid; r < bs; r += blockDim.x) longest = max(longest, static_cast<unsigned long long>(lens.blocks(r)));
@@ -759,24 +760,29 @@ __device__ PlannedRequest plan_request_on_device(const PlanLengths lens, int bs,
   }
   __syncthreads();
   const int T = static_cast<int>(s_T);
-  // the requests before this one: their splits (this request's first unit) and the splits of those that split
-  unsigned long long before = 0, slots_before = 0;
-  for (int r = tid; r < b; r += blockDim.x) {
-    const long long n = tv::plan_splits(lens.blocks(r), T);
-    before += n;
-    slots_before += n > 1 ? n : 0;
+  // the requests whose units come before this one's (tv::plan_goes_before: their splits give this request's first
+  // unit) and the splits of the requests before it that split (its first partial slot: slots in request order)
+  const int mine_blocks = lens.blocks(b), mine_chunk = tv::plan_chunk_blocks(mine_blocks, T);
+  unsigned long long before = 0, slots_before = 0, total = 0;
+  for (int r = tid; r < bs; r += blockDim.x) {
+    const int blocks = lens.blocks(r);
+    const long long n = tv::plan_splits(blocks, T);
+    if (tv::plan_goes_before(tv::plan_chunk_blocks(blocks, T), r, mine_chunk, b)) before += n;
+    if (r < b) slots_before += n > 1 ? n : 0;
+    total += n;
   }
   atomicAdd(&s_before, before);
   atomicAdd(&s_slots_before, slots_before);
+  atomicAdd(&s_total, total);
   __syncthreads();
-  const int mine_blocks = lens.blocks(b), mine = tv::plan_splits(mine_blocks, T), t = static_cast<int>(tiles);
+  const int mine = tv::plan_splits(mine_blocks, T), t = static_cast<int>(tiles);
   const int first_unit = t * static_cast<int>(s_before);  // units < planned_max_units: int
   for (int i = tid; i < mine * t; i += blockDim.x) {
     int* u = units + 1 + tv::kPlanUnitFields * (first_unit + i);
     u[0] = i % t, u[1] = i / t, u[2] = b;
   }
-  if (b == bs - 1 && tid == 0) units[0] = first_unit + mine * t;
-  return PlannedRequest{static_cast<long long>(tv::plan_chunk_blocks(mine_blocks, T)) * lens.bn,
+  if (b == 0 && tid == 0) units[0] = t * static_cast<int>(s_total);  // the count (every block has it)
+  return PlannedRequest{static_cast<long long>(mine_chunk) * lens.bn,
                         mine > 1 ? static_cast<long long>(s_slots_before) : 0};
 }
 }  // namespace

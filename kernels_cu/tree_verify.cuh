@@ -173,8 +173,12 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 // kPlanCtaOverhead = a CTA's fixed cost (q tile, the first S, its epilogue) in key blocks (about 4 on an H200:
 // reports/h200/2026-12-07). The cheapest T wins (fewer waves on a tie); where one split per request is already
 // more than kPlanWaves waves, one split per request (no partial outputs, no combine). The launch is one CTA per
-// unit (request, split, row tile) in that order (the tiles of a split side by side, sharing its keys through L2):
-// a 1-D grid of at most max(kPlanWaves x ctas, row_tiles x bs) CTAs, the plan's units first, the rest idle. A
+// unit (request, split, row tile) in that order (the tiles of a split side by side, sharing its keys through L2),
+// the requests taken longest chunk first (plan_goes_before): the GPU starts CTAs in grid order as SMs free up, so
+// the longest units start first and the short ones fill the tail (longest processing time first: in a model of the
+// launch, a seeded log-normal batch of 128 requests ends 12 % sooner than in request order; a uniform batch is
+// unchanged). A 1-D grid of at most max(kPlanWaves x ctas, row_tiles x bs) CTAs, the plan's units first, the rest
+// idle. The order moves no bit (a unit computes the same wherever it runs; the partial slots stay in request order). A
 // request's bits depend on the batch (the variant declares batch_invariant = False); for the same batch they are
 // the same run to run. The plan is made once per batch: on the host for the checked call (kernels_cu/
 // tree_verify_ops.py), by tree_verify_plan_kernel on the device for the deferred one, with these functions (both
@@ -190,6 +194,11 @@ TV_HD constexpr long long plan_min_blocks(int v) { return ceil_div(kPlanMinChunk
 TV_HD constexpr int plan_ceil(int a, int b) { return (a + b - 1) / b; }
 TV_HD constexpr int plan_chunk_blocks(int blocks, int T) { return plan_ceil(blocks, plan_ceil(blocks, T > 0 ? T : 1)); }
 TV_HD constexpr int plan_splits(int blocks, int T) { return plan_ceil(blocks, plan_chunk_blocks(blocks, T)); }
+// Whether request r's units come before request b's in the unit table: the longer chunk first (in key blocks, at
+// the batch's target), then the lower index.
+TV_HD constexpr bool plan_goes_before(int chunk_r, int r, int chunk_b, int b) {
+  return chunk_r > chunk_b || (chunk_r == chunk_b && r < b);
+}
 // The model's time of target T, in key blocks, given the batch's splits at T and its request count.
 TV_HD constexpr long long plan_cost(long long T, long long splits, long long bs, long long tiles, long long ctas) {
   return ceil_div(tiles * splits, ctas) * (T + kPlanCtaOverhead) + (splits > bs ? kPlanCombine : 0);

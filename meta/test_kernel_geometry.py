@@ -101,8 +101,9 @@ def _planned_target(blocks, tiles, ctas):
 def test_planned_schedule_is_its_documented_rule(seed):
     """sm90a_planned's schedule (the header's planned rule, through the host library) takes the target the rule
     documents (a brute force over every target), gives each request the splits that target implies with chunks of
-    whole key blocks, lists every (request, split, row tile) once in that order, and stays within the deferred
-    launch's grid and partial slots (planned_max_units, planned_max_slots)."""
+    whole key blocks, lists every (request, split, row tile) once in that order with the requests of the longest
+    chunk first (then by index: the longest units start first, the short ones fill the tail), and stays within the
+    deferred launch's grid and partial slots (planned_max_units, planned_max_slots)."""
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8, 32, 128]))
     keys = [int(k) for k in np.clip(np.exp(rng.normal(8.5, 1.5, bs)), 1, 131_072).astype(int)]
@@ -114,7 +115,9 @@ def test_planned_schedule_is_its_documented_rule(seed):
     splits = [_splits(b, plan["target"]) for b in blocks]
     assert all(c % 64 == 0 for c in plan["chunk"])
     assert [-(-k // int(c)) for k, c in zip(keys, plan["chunk"])] == splits
-    want = [(t, s, b) for b in range(bs) for s in range(splits[b]) for t in range(tiles)]
+    chunks = [-(-b // s) for b, s in zip(blocks, splits)]  # in key blocks; the table takes the longest first
+    order = sorted(range(bs), key=lambda b: (-chunks[b], b))
+    want = [(t, s, b) for b in order for s in range(splits[b]) for t in range(tiles)]
     units = plan["units"]
     assert units[0] == len(want) and [tuple(u) for u in units[1:].reshape(-1, 3)] == want
     split = [n if n > 1 else 0 for n in splits]
