@@ -176,13 +176,13 @@ TV_HD constexpr long long combine_blocks(long long rows) { return ceil_div(rows,
 // unit (request, split, row tile) in that order (the tiles of a split side by side, sharing its keys through L2),
 // the requests taken longest chunk first (plan_goes_before): the GPU starts CTAs in grid order as SMs free up, so
 // the longest units start first and the short ones fill the tail (longest processing time first: in a model of the
-// launch, a seeded log-normal batch of 128 requests ends 12 % sooner than in request order; a uniform batch is
-// unchanged). A 1-D grid of at most max(kPlanWaves x ctas, row_tiles x bs) CTAs, the plan's units first, the rest
-// idle. The order moves no bit (a unit computes the same wherever it runs; the partial slots stay in request order). A
-// request's bits depend on the batch (the variant declares batch_invariant = False); for the same batch they are
-// the same run to run. The plan is made once per batch: on the host for the checked call (kernels_cu/
-// tree_verify_ops.py), by tree_verify_plan_kernel on the device for the deferred one, with these functions (both
-// sum the same integers).
+// launch, lab/tree_verify_plan_model.py, a seeded log-normal batch of 128 requests ends 12 % sooner than in request
+// order; a uniform batch is unchanged). A 1-D grid of at most max(kPlanWaves x ctas, row_tiles x bs) CTAs, the
+// plan's units first, the rest idle. The order moves no bit (a unit computes the same wherever it runs; the partial
+// slots stay in request order). A request's bits depend on the batch (the variant declares batch_invariant = False);
+// for the same batch they are the same run to run. The plan is made once per batch: on the host for the checked call
+// (kernels_cu/tree_verify_ops.py), by tree_verify_plan_kernel on the device for the deferred one, with these
+// functions (both sum the same integers).
 constexpr long long kPlanMinChunk = 128;
 constexpr long long kPlanWaves = 4;
 constexpr long long kPlanCtaOverhead = 4;
