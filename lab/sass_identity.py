@@ -14,16 +14,16 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,6}\*/")
+_INSTRUCTION = r"/\*[0-9a-f]{4,6}\*/"  # an instruction's address comment (4-6 hex digits: kernels past 64 KB)
 
-# Run inside a tree: every spec of the ops, every arch it targets -> its SASS instructions, as JSON on stdout.
+# Run inside a tree: every spec of the ops, every arch it targets -> its SASS instructions (without the addresses
+# argv[3] matches), as JSON on stdout.
 _DUMP = r"""
 import json, re, subprocess, sys, tempfile, os
 from kernels_cu import specs, runtime
@@ -38,8 +38,8 @@ for op in sys.argv[1].split(","):
                 sass = subprocess.run([sys.argv[2], "-sass", f.name], capture_output=True, text=True, check=True).stdout
             finally:
                 os.unlink(f.name)
-            out[f"{spec.name}@{arch}"] = [re.sub(r"/\*[0-9a-f]{4,6}\*/", "", l).strip() for l in sass.splitlines()
-                                          if re.search(r"/\*[0-9a-f]{4,6}\*/", l)]
+            out[f"{spec.name}@{arch}"] = [re.sub(sys.argv[3], "", l).strip() for l in sass.splitlines()
+                                          if re.search(sys.argv[3], l)]
 print(json.dumps(out))
 """
 
@@ -59,7 +59,9 @@ def cuobjdump() -> str:
 
 def dump(tree: pathlib.Path, ops: str, tool: str, cache: str) -> dict[str, list[str]]:
     env = {**os.environ, "KDTREE_CACHE_DIR": cache, "PYTHONPATH": str(tree)}
-    r = subprocess.run([sys.executable, "-c", _DUMP, ops, tool], cwd=tree, env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _DUMP, ops, tool, _INSTRUCTION], cwd=tree, env=env, capture_output=True, text=True
+    )
     if r.returncode:
         raise SystemExit(f"sass_identity: building in {tree} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout)
