@@ -142,7 +142,8 @@ def provenance(quick: bool) -> dict:
     return {"device": torch.cuda.get_device_name(), "revision": git_revision(root),
             "date": datetime.datetime.now(datetime.UTC).isoformat(),
             "command": "python3 -m lab.tree_verify_race" + (" --quick" if quick else "")
-            + "".join(f" --design {label}={','.join(d)}" for label, d in DESIGNS.items())}  # fmt: skip
+            + "".join(f" --design {label}=" + ",".join(k if v == "1" else f"{k}:{v}" for k, v in d.items())
+                      for label, d in DESIGNS.items())}  # fmt: skip
 
 
 def race(json_path=None, quick=False) -> int:
