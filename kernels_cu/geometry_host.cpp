@@ -110,8 +110,8 @@ void tv_planned_schedule(const long long* n_keys, int bs, long long rows, int va
     most = s > most ? s : most;
     order[b] = b;
   }
-  std::sort(order.begin(), order.end(), [&](int r, int b) {
-    return tv::plan_goes_before(tv::plan_chunk_blocks(blocks(r), T), r, tv::plan_chunk_blocks(blocks(b), T), b);
+  std::sort(order.begin(), order.end(), [&](int r, int b) {  // chunks in key blocks, as the plan kernel compares them
+    return tv::plan_goes_before(int(chunk[r] / bn), r, int(chunk[b] / bn), b);
   });
   for (const int b : order)
     for (long long sp = 0, s = tv::plan_splits(blocks(b), T); sp < s; ++sp)
