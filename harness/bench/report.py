@@ -382,6 +382,13 @@ def draft_topk_section(cases) -> list[str]:
 
 
 STEP_USERS = ("users_round_python_heapq", "users_round_cpp")
+
+
+def _step_shape(c) -> tuple:
+    """A step record's table order: by H, then B, then bs."""
+    return tuple(c["shape"][k] for k in ("H", "B", "bs"))
+
+
 STEP_OPS = contract_step.OPS  # the step's ops in order
 
 
@@ -389,8 +396,7 @@ def step_section(cases) -> list[str]:
     """One DDTree step on the device (kernels_cu.step, one CUDA graph per round) beside the users' round: its round
     on a host clock, its device time against the sum of its ops launched alone, each op's share, the host waits
     counted in a round, and the users' rounds (their host clock) with the ratio users' round / step round."""
-    ops = sorted((c for c in cases if c["op"] == "step" and c.get("impl") != TORCH_OPS),
-                 key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))  # fmt: skip
+    ops = sorted((c for c in cases if c["op"] == "step" and c.get("impl") != TORCH_OPS), key=_step_shape)
     if not ops:
         return torch_ops_lines(cases)
     names = [n for n in STEP_USERS if any(n in c["comparators"] for c in ops)]
@@ -466,8 +472,7 @@ TORCH_OPS = "torch-ops"  # perf/bench_torch_ops.py's records: the step's round a
 def torch_ops_lines(cases) -> list[str]:
     """The step's round made of the PyTorch operators (torch.ops.kdtree.*, perf/bench_torch_ops.py) beside Step's own
     graph: captured in a CUDA graph (device time) and called eagerly (host time per round and per operator call)."""
-    rows = sorted((c for c in cases if c["op"] == "step" and c.get("impl") == TORCH_OPS),
-                  key=lambda c: tuple(c["shape"][k] for k in ("H", "B", "bs")))  # fmt: skip
+    rows = sorted((c for c in cases if c["op"] == "step" and c.get("impl") == TORCH_OPS), key=_step_shape)
     if not rows:
         return []
     out = [
