@@ -29,7 +29,8 @@
 # Env: PYTHON (python3), KDTREE_PERF_QUICK=1 (reduced grids), KDTREE_STAGE_TIMEOUT (570 s per pytest run), JOBS (8
 #   xdist workers), CONFORMANCE_PATHS (the conformance stage's test paths, "conformance meta"; a subset splits the stage
 #   over runs that each fit a time limit), SANITIZER_TOOLS (the sanitizer stage's compute-sanitizer tools, "memcheck
-#   racecheck initcheck synccheck"; the four take more than 10 minutes).
+#   racecheck initcheck synccheck"; the four take more than 10 minutes), SANITIZER_JOBS (4: the sanitizer stage's
+#   processes at a time, one per cuda variant), MUTANT_NAMES (the mutants stage's mutants, name substrings: all).
 # OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
@@ -84,28 +85,39 @@ stage_conformance() {
       --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
 }
 stage_mutants() {
-  # the kernels' mutants and the step's (harness/step_mutants.py: the step's own parts, judged on its tests)
+  # the kernels' mutants and the step's (harness/step_mutants.py: the step's own parts, judged on its tests);
+  # MUTANT_NAMES (name substrings) narrows them, to split the stage over calls
+  local only=(); [ -n "${MUTANT_NAMES:-}" ] && only=(-k "${MUTANT_NAMES// / or }")
   run kernel_mutants timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py \
-      meta/test_step_mutants.py -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/mutants"
+      meta/test_step_mutants.py "${only[@]}" -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/mutants"
   grep -E '^\| [ks]_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
-  local TV_VARIANTS  # from the specs, not a second list
+  local TV_VARIANTS CUDA_VARIANTS tool v n  # from the specs, not a second list
   TV_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.for_op("tree_verify")))')
-  # tree_build and tree_accept through their conformance tests; tree_verify through the dev tool's sanitize
-  # case list (every dtype path, forced splits, page sizes: its hypothesis tests take too long under a tool)
+  CUDA_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*specs.variants(default_only=True), "sm90a_planned")')
+  # tree_build, tree_accept, draft_topk and the step through their conformance tests, one process per variant
+  # (SANITIZER_JOBS at a time: one process over every variant took more than 200 s under each tool, an H100,
+  # 2026-12-07); tree_verify through the dev tool's sanitize case list (every dtype path, forced splits, page
+  # sizes: its hypothesis tests take too long under a tool)
   for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do  # a subset splits the stage over runs
-    HYPOTHESIS_PROFILE=dev run "sanitizer_$tool" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
-        --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
-        conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
-        conformance/test_extremes.py conformance/test_kernels_build.py conformance/test_step.py --impl cuda \
-        --require-gpu -p no:xdist -q \
-        -p no:cacheprovider -k "not deterministic and not machine" --report-dir "$OUT/logs/san_$tool"
+    n=0
+    for v in $CUDA_VARIANTS; do
+      HYPOTHESIS_PROFILE=dev run "sanitizer_${tool}_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
+          --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
+          conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
+          conformance/test_extremes.py conformance/test_kernels_build.py conformance/test_step.py \
+          --impl "cuda:$v" --require-gpu -p no:xdist -q -p no:cacheprovider -k "not deterministic and not machine" \
+          --report-dir "$OUT/logs/san_${tool}_$v" &
+      (( ++n % ${SANITIZER_JOBS:-4} == 0 )) && wait
+    done
+    wait
     for v in $TV_VARIANTS; do  # every tree_verify variant (portable_99k: sm_120's tiles, built for sm_90)
       run "sanitizer_${tool}_tree_verify_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
           --error-exitcode 99 --print-limit 20 "$PY" -m lab.tree_verify_dev sanitize --variant "$v"
     done
   done
+  grep -qE '^sanitizer_.*: rc=[1-9]' "$OUT/summary.txt" && status=1  # the background runs' failures
 }
 stage_engine_cuda() {
   local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
