@@ -28,18 +28,25 @@ def describe(name: str, row: dict) -> str:
 def judge(request, name: str, pytest_args: list[str], description: str, env: dict | None = None) -> dict:
     """Run one mutant's judging (`python -m pytest *pytest_args` from the repository root, HYPOTHESIS_PROFILE=ci
     unless `env` says otherwise), give the report's mutant table its row (under `name`, with `description`) and
-    fail the calling test unless the mutant was killed. Returns the row."""
+    fail the calling test unless the mutant was killed. Returns the row (with `seconds`, the run's wall time)."""
     import os
     import pathlib
     import subprocess
     import sys
+    import time
 
     root = pathlib.Path(__file__).resolve().parent.parent
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)  # the judging run is no xdist worker, whoever runs it
     cmd = [sys.executable, "-m", "pytest", *pytest_args]
+    t0 = time.monotonic()
     out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    row = {**verdict(out.returncode, out.stdout), "description": description}
+    # the judging's wall time: what a split of the mutants stage over time-limited runs is planned from
+    row = {
+        **verdict(out.returncode, out.stdout),
+        "description": description,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
     request.node.user_properties.append(("mutants", {name: row}))
     assert row["killed"], f"{describe(name, row)} ({description}): rc={out.returncode}\n{out.stdout[-3000:]}"
     return row

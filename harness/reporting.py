@@ -396,21 +396,24 @@ def failures_markdown(rows: list[dict], unpinned: list[str]) -> list[str]:
 
 
 def mutants_markdown(mutants: dict) -> list[str]:
-    """The report's mutant table: each mutant with the test that killed it, or why it was not killed."""
+    """The report's mutant table: each mutant with the test that killed it, or why it was not killed, and how long
+    its judging ran."""
     killed = sum(1 for v in mutants.values() if v["killed"])
     broken = sum(1 for v in mutants.values() if v.get("error"))
     lines = [
         "",
         f"## Mutants: {killed} / {len(mutants)} killed" + (f", {broken} not judged" if broken else ""),
         "",
-        "| mutant | killed by |",
-        "|---|---|",
+        "| mutant | killed by | judged in (s) |",
+        "|---|---|---|",
     ]
     for name, v in sorted(mutants.items()):
+        took = f" {v['seconds']} |" if v.get("seconds") is not None else " |"  # rows of older reports have none
         if v["killed"]:
-            lines.append(f"| {name} | {v['by']} |")
+            lines.append(f"| {name} | {v['by']} |" + took)
         else:  # a run that broke judged nothing: it is neither a kill nor a survival
-            lines.append(f"| {name} | " + (f"**not judged**: {v['error']} |" if v.get("error") else "**survived** |"))
+            verdict = f"**not judged**: {v['error']}" if v.get("error") else "**survived**"
+            lines.append(f"| {name} | {verdict} |" + took)
     return lines
 
 

@@ -35,5 +35,10 @@ def test_the_report_tells_not_judged_from_survived():
     }
     text = "\n".join(reporting.mutants_markdown(rows))
     assert "## Mutants: 1 / 3 killed, 1 not judged" in text
-    assert "| k_a | conformance/test_a.py::t |" in text and "| k_b | **survived** |" in text
-    assert "| k_c | **not judged**: conformance/test_zz_probe.py |" in text
+    assert "| k_a | conformance/test_a.py::t | |" in text and "| k_b | **survived** | |" in text
+    assert "| k_c | **not judged**: conformance/test_zz_probe.py | |" in text
+
+
+def test_the_report_gives_each_judging_its_time():
+    row = {**judging.verdict(1, "FAILED conformance/test_a.py::t\n"), "seconds": 41.5}
+    assert "| k_a | conformance/test_a.py::t | 41.5 |" in reporting.mutants_markdown({"k_a": row})
