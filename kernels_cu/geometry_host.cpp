@@ -101,23 +101,25 @@ void tv_planned_schedule(const long long* n_keys, int bs, long long rows, int va
     return n;
   }));
   long long slots = 0, unit = 0, most = 0;
-  std::vector<int> order(bs);  // the unit table's request order (plan_goes_before); the slots stay in request order
+  // per request at T: its chunk in key blocks and its splits (once each), and the unit table's request order
+  // (plan_goes_before, on the chunks as the plan kernel compares them); the partial slots stay in request order
+  std::vector<int> order(bs), chunk_blocks(bs), splits(bs);
   for (int b = 0; b < bs; ++b) {
-    const long long s = tv::plan_splits(blocks(b), T);
-    chunk[b] = tv::plan_chunk_blocks(blocks(b), T) * bn;
+    const int s = tv::plan_splits(blocks(b), T);
+    chunk_blocks[b] = tv::plan_chunk_blocks(blocks(b), T), splits[b] = s, order[b] = b;
+    chunk[b] = chunk_blocks[b] * bn;
     off[b] = s > 1 ? slots : 0;
     slots += s > 1 ? s : 0;
     most = s > most ? s : most;
-    order[b] = b;
   }
-  std::sort(order.begin(), order.end(), [&](int r, int b) {  // chunks in key blocks, as the plan kernel compares them
-    return tv::plan_goes_before(int(chunk[r] / bn), r, int(chunk[b] / bn), b);
+  std::sort(order.begin(), order.end(), [&](int r, int b) {
+    return tv::plan_goes_before(chunk_blocks[r], r, chunk_blocks[b], b);
   });
   for (const int b : order)
-    for (long long sp = 0, s = tv::plan_splits(blocks(b), T); sp < s; ++sp)
+    for (int sp = 0; sp < splits[b]; ++sp)
       for (long long t = 0; t < tiles; ++t, ++unit) {
         int* u = units + 1 + tv::kPlanUnitFields * unit;
-        u[0] = int(t), u[1] = int(sp), u[2] = b;
+        u[0] = int(t), u[1] = sp, u[2] = b;
       }
   units[0] = int(unit);
   out[0] = T, out[1] = unit, out[2] = slots, out[3] = most;
