@@ -56,6 +56,9 @@ mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1 HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci} KDTREE_CACHE_DIR=${KDTREE_CACHE_DIR:-$OUT/.cache}
 export GIT_REVISION=${GIT_REVISION:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+# checked beside `--impl cuda` (each op's default builds) by the conformance and sanitizer stages: the planned mode
+# of tree_verify is no default build
+NON_DEFAULT_VARIANTS="sm90a_planned"
 status=0
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
 run() { local name=$1; shift; local t0=$SECONDS; "$@" >"$OUT/logs/$name.log" 2>&1; local rc=$?;
@@ -78,9 +81,9 @@ stage_conformance() {
   # every clause on the GPU for every cuda variant and the reference (the CPU-only reference mutants and the
   # kernel mutants, which have their own stage, are left out)
   # SIGINT at the limit: pytest still prints what failed, the slowest tests and the report of what ran
-  # (sm90a_planned is named: `--impl cuda` is the default build of each op's variants, the planned mode is not one)
-  local paths; read -r -a paths <<< "${CONFORMANCE_PATHS:-conformance meta}"
-  run conformance timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest "${paths[@]}" --impl cuda --impl cuda:sm90a_planned \
+  local paths extra=() v; read -r -a paths <<< "${CONFORMANCE_PATHS:-conformance meta}"
+  for v in $NON_DEFAULT_VARIANTS; do extra+=(--impl "cuda:$v"); done
+  run conformance timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest "${paths[@]}" --impl cuda "${extra[@]}" \
       --impl reference --require-gpu -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT" --durations=30 \
       --deselect meta/test_mutants.py --deselect meta/test_kernel_mutants.py
 }
@@ -93,9 +96,10 @@ stage_mutants() {
   grep -E '^\| [ks]_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
-  local TV_VARIANTS CUDA_VARIANTS tool v n  # from the specs, not a second list
+  local TV_VARIANTS CUDA_VARIANTS tool v n first  # from the specs, not a second list
   TV_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.for_op("tree_verify")))')
-  CUDA_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*specs.variants(default_only=True), "sm90a_planned")')
+  CUDA_VARIANTS="$("$PY" -c 'from kernels_cu import specs; print(*specs.variants(default_only=True))') $NON_DEFAULT_VARIANTS"
+  first=$(($(wc -l < "$OUT/summary.txt") + 1))  # this stage's lines of the summary (a later call adds to it)
   # tree_build, tree_accept, draft_topk and the step through their conformance tests, one process per variant
   # (SANITIZER_JOBS at a time: one process over every variant took more than 200 s under each tool, an H100,
   # 2026-12-07); tree_verify through the dev tool's sanitize case list (every dtype path, forced splits, page
@@ -117,7 +121,7 @@ stage_sanitizer() {
           --error-exitcode 99 --print-limit 20 "$PY" -m lab.tree_verify_dev sanitize --variant "$v"
     done
   done
-  grep -qE '^sanitizer_.*: rc=[1-9]' "$OUT/summary.txt" && status=1  # the background runs' failures
+  tail -n +"$first" "$OUT/summary.txt" | grep -qE '^sanitizer_.*: rc=[1-9]' && status=1  # the background runs' failures
 }
 stage_engine_cuda() {
   local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
