@@ -96,22 +96,27 @@ stage_mutants() {
   grep -E '^\| [ks]_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
 }
 stage_sanitizer() {
-  local TV_VARIANTS CUDA_VARIANTS tool v n first  # from the specs, not a second list
+  local TV_VARIANTS CUDA_VARIANTS tool pair v op n first  # from the specs, not a second list
   TV_VARIANTS=$("$PY" -c 'from kernels_cu import specs; print(*(s.variant for s in specs.for_op("tree_verify")))')
-  CUDA_VARIANTS="$("$PY" -c 'from kernels_cu import specs; print(*specs.variants(default_only=True))') $NON_DEFAULT_VARIANTS"
+  CUDA_VARIANTS=$("$PY" -c 'import sys; from kernels_cu import specs
+print(*(f"{s.variant}:{s.slug}" for s in specs.SPECS if s.default or s.variant in sys.argv[1:]))' $NON_DEFAULT_VARIANTS)
   first=$(($(wc -l < "$OUT/summary.txt") + 1))  # this stage's lines of the summary (a later call adds to it)
   # tree_build, tree_accept, draft_topk and the step through their conformance tests, one process per variant
   # (SANITIZER_JOBS at a time: one process over every variant took more than 200 s under each tool, an H100,
-  # 2026-12-07); tree_verify through the dev tool's sanitize case list (every dtype path, forced splits, page
-  # sizes: its hypothesis tests take too long under a tool)
+  # 2026-12-07), each process the tests of its variant's op (`-k OP`: its own file, its deferred, fixture and
+  # extreme cases) and the step's; `--impl cuda:V` builds the other ops at their defaults, whose tests the
+  # default variants' processes run. tree_verify through the dev tool's sanitize case list (every dtype path,
+  # forced splits, page sizes: its hypothesis tests take too long under a tool)
   for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do  # a subset splits the stage over runs
     n=0
-    for v in $CUDA_VARIANTS; do
+    for pair in $CUDA_VARIANTS; do
+      v=${pair%%:*} op=${pair#*:}
       HYPOTHESIS_PROFILE=dev run "sanitizer_${tool}_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
           --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
-          conformance/test_tree_accept.py conformance/test_fixtures.py conformance/test_device_arrays.py \
-          conformance/test_extremes.py conformance/test_kernels_build.py conformance/test_step.py \
-          --impl "cuda:$v" --require-gpu -p no:xdist -q -p no:cacheprovider -k "not deterministic and not machine" \
+          conformance/test_tree_accept.py conformance/test_draft_topk.py conformance/test_fixtures.py \
+          conformance/test_device_arrays.py conformance/test_extremes.py conformance/test_step.py \
+          --impl "cuda:$v" --require-gpu -p no:xdist -q -p no:cacheprovider \
+          -k "not deterministic and not machine and ($op or test_step$([ "$op" = tree_build ] && echo ' or test_extremes'))" \
           --report-dir "$OUT/logs/san_${tool}_$v" &
       (( ++n % ${SANITIZER_JOBS:-4} == 0 )) && wait
     done
