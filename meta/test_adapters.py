@@ -450,6 +450,41 @@ def test_bench_report_shares_a_shapes_comparators_and_compares_trees_with_chains
            "median 1.05" in lines and "within 1.1 at 1 of 1." in lines  # fmt: skip
 
 
+def test_bench_report_sets_planned_against_invariant_and_mixed_against_its_own_aim():
+    """A planned row shows its time ÷ the invariant build's at the same shape of the same run (no other row does,
+    and another run's invariant row is not used); the summary counts the invariant build within 1.15× of the planned
+    one per set, and mixed-length batches are summarised apart from chains, against their aim of 1.2."""
+    from harness.bench import record, report
+
+    t = lambda us: {"median_us": us, "p10_us": us, "p90_us": us, "rel_spread": 0.0, "n": 5, "where": "device",
+                    "method": "x"}  # fmt: skip
+    peer = lambda us: {"flashmla": record.comparator(t(us), check={"ok": True})}
+
+    def case(variant, us, sweep, Q=2, stage_file="a.json", comparators=None):
+        shape = {"H": 64, "Q": Q, "prefix": 8192, "bs": 32, "sweep": sweep}
+        info = record.build(op="tree_verify", impl=f"cuda:{variant}", shape=shape, time=t(us), bytes_moved=10**6,
+                            flops=10**9, comparators=comparators)  # fmt: skip
+        return {**info, "impl": "cuda", "variant": variant, "name": variant, "fullname": variant,
+                "stage_file": stage_file}  # fmt: skip
+
+    rows = [case("sm90a", 200.0, "chain", comparators=peer(110.0)), case("sm90a_planned", 100.0, "chain"),
+            case("sm90a", 120.0, "chain", Q=4), case("sm90a_planned", 110.0, "chain", Q=4),
+            case("sm90a_planned", 50.0, "chain", Q=16, stage_file="b.json"), case("sm90a", 10.0, "chain", Q=16),
+            case("sm90a", 130.0, "mixed", comparators=peer(120.0)), case("sm90a_planned", 100.0, "mixed")]  # fmt: skip
+    lines = report.tree_verify_section(rows, {})
+    table = [x for x in lines if x.startswith("| chain |") or x.startswith("| mixed |")]
+    cell = lambda row: row.split(" | ")[12]  # the planned ÷ invariant column
+    assert [cell(x) for x in table] == ["—", "0.5", "—", "0.9167", "—", "—", "—", "0.7692"], table
+    text = "\n".join(lines)
+    assert "- chain: sm90a_planned ÷ sm90a over 2 shapes: median 0.708, from 0.5 to 0.917; sm90a within 1.15× of " \
+           "sm90a_planned at 1 of 2." in text  # fmt: skip
+    assert "- mixed: sm90a_planned ÷ sm90a over 1 shapes" in text
+    assert "- mixed, sm90a_planned: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over 1 shapes: median " \
+           "1.2, from 1.2 to 1.2; at least 1.2 at 1 of 1." in text  # fmt: skip
+    assert "- chain, sm90a_planned: × vs the faster of FlashMLA and FlashInfer MLA (fa3) over 1 shapes: median 1.1" \
+           in text and "at least 1 at 1 of 1." in text  # fmt: skip
+
+
 def test_peers_plot_drawn_for_chains(tmp_path):
     """The chains' peer-ratio plot is drawn when the run has chain cases with peers, and not otherwise."""
     pytest.importorskip("matplotlib")
