@@ -43,6 +43,11 @@ def test_judging_runs_the_ops_own_tests_first(tmp_path):
     assert files[:4] == ["conformance/test_tree_accept.py", "conformance/test_fixtures.py",
                          "conformance/test_device_arrays.py", "conformance/test_boundaries.py"], (
         files, out.stdout[-2000:])  # fmt: skip
+    # the test that killed the mutant last time (harness/judging.py) goes before even the op's own tests
+    killer = re.search(r"^(conformance/test_boundaries\.py::\S+)$", out.stdout, re.M).group(1)
+    cmd += ["-p", "harness.judging", "--judge-first", killer]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert re.search(r"^conformance/\S+", out.stdout, re.M).group(0) == killer, out.stdout[-2000:]
 
 
 @pytest.mark.gpu

@@ -31,7 +31,7 @@
 #   over runs that each fit a time limit), SANITIZER_TOOLS (the sanitizer stage's compute-sanitizer tools, "memcheck
 #   racecheck initcheck synccheck"; the four take more than 10 minutes), SANITIZER_JOBS (4: the sanitizer stage's
 #   processes at a time, one per cuda variant), MUTANT_NAMES (the mutants stage's mutants, name substrings: all).
-# OUT gets summary.txt, conformance.{json,md}, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
+# OUT gets summary.txt, conformance.{json,md}, mutants.json, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
 # `python -m lab.tree_verify_dev sanitize`, and `tb_dev` is lab/tree_build_dev.py (`python -m` works because the
@@ -94,6 +94,9 @@ stage_mutants() {
   run kernel_mutants timeout -s INT -k 30 "$LIMIT" "$PY" -m pytest meta/test_kernel_mutants.py \
       meta/test_step_mutants.py "${only[@]}" -n "${JOBS:-8}" -q -p no:cacheprovider --report-dir "$OUT/logs/mutants"
   grep -E '^\| [ks]_|^## Mutants' "$OUT/logs/mutants/conformance.md" | tee -a "$OUT/summary.txt"
+  # the mutant rows kept beside the logs: `python -m tools.mutant_killers OUT/mutants.json` records each killer, which
+  # the next judging of that mutant runs first (harness/judging.py)
+  cp "$OUT/logs/mutants/conformance.json" "$OUT/mutants.json" 2>/dev/null
 }
 stage_sanitizer() {
   local TV_VARIANTS CUDA_VARIANTS tool pair v op n first  # from the specs, not a second list
