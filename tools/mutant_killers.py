@@ -3,10 +3,10 @@ that mutant runs that test first (harness/judging.py: KILLERS).
 
     python -m tools.mutant_killers REPORT.json [REPORT.json ...] [--out harness/mutant_killers.json]
 
-REPORT.json: a `conformance.json` the mutants stage wrote (`tools/gpu_suite.sh OUT mutants` puts it in
-OUT/logs/mutants/, the CPU reference mutants' run in its --report-dir). The reports are read in the order given,
-a later one's rows over an earlier one's; a mutant that survived or was not judged loses its entry (its killer is
-unknown). Entries of mutants the reports do not mention are kept.
+REPORT.json: a `conformance.json` of a mutants run (`tools/gpu_suite.sh OUT mutants` keeps it as OUT/mutants.json;
+a pytest run of meta/test_kernel_mutants.py or meta/test_mutants.py writes it into its --report-dir). The reports
+are read in the order given, a later one's rows over an earlier one's; a mutant that survived or was not judged
+loses its entry (its killer is unknown). Entries of mutants the reports do not mention are kept.
 """
 
 from __future__ import annotations

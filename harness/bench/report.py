@@ -656,17 +656,29 @@ def peer_summary(gpu, peer_names) -> list[str]:
     return [*out, ""] if out else []
 
 
+def _by_variant_and_shape(gpu) -> dict:
+    """The rows by (run file, variant, set, H, Q, prefix, bs)."""
+    return {(c.get("stage_file"), c.get("variant"), *_shape_key(c)): c for c in gpu}
+
+
+def _planned_ratio(c, by_shape) -> float | None:
+    """A planned row's time ÷ the invariant build's at its shape in the same run (None on every other row)."""
+    invariant, planned = RACE_BUILDS
+    i = by_shape.get((c.get("stage_file"), invariant, *_shape_key(c))) if c.get("variant") == planned else None
+    return c["time"]["median_us"] / i["time"]["median_us"] if i and i["time"]["median_us"] > 0 else None
+
+
 def planned_vs_invariant(gpu) -> list[str]:
     """Per set (chain, mixed, grid): the planned build's time ÷ the batch-invariant build's at the same shape in the
     same run (below 1: what batch invariance costs), with the issue's aim counted (the invariant build within 1.15×
     of the planned one)."""
-    invariant, planned = RACE_BUILDS
-    inv = {(c.get("stage_file"), *_shape_key(c)): c for c in gpu if c.get("variant") == invariant}
+    by_shape = _by_variant_and_shape(gpu)
     groups = collections.defaultdict(list)
     for c in gpu:
-        i = inv.get((c.get("stage_file"), *_shape_key(c))) if c.get("variant") == planned else None
-        if i and i["time"]["median_us"] > 0:
-            groups[_shape_key(c)[0]].append(c["time"]["median_us"] / i["time"]["median_us"])
+        r = _planned_ratio(c, by_shape)
+        if r is not None:
+            groups[_shape_key(c)[0]].append(r)
+    invariant, planned = RACE_BUILDS
     out = [
         f"- {'grid (DDTree trees)' if sweep == 'grid' else sweep}: {planned} ÷ {invariant} over {len(r)} shapes: "
         f"median {fmt(statistics.median(r))}, from {fmt(min(r))} to {fmt(max(r))}; {invariant} within 1.15× of "
@@ -674,14 +686,6 @@ def planned_vs_invariant(gpu) -> list[str]:
         for sweep, r in sorted(groups.items())
     ]
     return [*out, ""] if out else []
-
-
-def _planned_ratio(c, gpu_by_shape) -> float | None:
-    """A planned row's time ÷ the invariant build's at its shape in the same run (None on every other row)."""
-    if c.get("variant") != RACE_BUILDS[1]:
-        return None
-    i = gpu_by_shape.get((c.get("stage_file"), RACE_BUILDS[0], *_shape_key(c)))
-    return c["time"]["median_us"] / i["time"]["median_us"] if i and i["time"]["median_us"] > 0 else None
 
 
 def tree_vs_chain(gpu) -> list[str]:
@@ -745,7 +749,7 @@ def tree_verify_section(cases, plots: dict) -> list[str]:
             + " | ".join(f"{n} µs | × vs {n}" for n in peer_names) + (" |" if peer_names else ""),
             "|" + "---|" * (13 + len(torch_names) + 1 + 2 * len(peer_names)),
         ]  # fmt: skip
-        by_shape = {(c.get("stage_file"), c.get("variant"), *_shape_key(c)): c for c in gpu}
+        by_shape = _by_variant_and_shape(gpu)
         for c in gpu:
             s = c["shape"]
             cells = [_cell(c["comparators"].get(n)) for n in torch_names]
