@@ -30,7 +30,8 @@
 #   xdist workers), CONFORMANCE_PATHS (the conformance stage's test paths, "conformance meta"; a subset splits the stage
 #   over runs that each fit a time limit), SANITIZER_TOOLS (the sanitizer stage's compute-sanitizer tools, "memcheck
 #   racecheck initcheck synccheck"; the four take more than 10 minutes), SANITIZER_JOBS (4: the sanitizer stage's
-#   processes at a time, one per cuda variant), MUTANT_NAMES (the mutants stage's mutants, name substrings: all).
+#   processes at a time, one per cuda variant), SANITIZER_PROFILE (their hypothesis profile, quick), MUTANT_NAMES
+#   (the mutants stage's mutants, name substrings: all).
 # OUT gets summary.txt, conformance.{json,md}, mutants.json, perf-<stage>.json, gate-*.json, docs/BENCHMARKS.md and
 # docs/benchmarks/*.png, env.txt and logs.tar.gz (every log). Stages may be run one per call into one OUT.
 # The job may run lab scripts (lab/README.md): the `sanitizer` stage launches the tree_verify kernels through
@@ -108,14 +109,16 @@ print(*(f"{s.variant}:{s.slug}" for s in specs.SPECS if s.default or s.variant i
   # (SANITIZER_JOBS at a time: one process over every variant took more than 200 s under each tool, an H100,
   # 2026-12-07), each process the tests of its variant's op (`-k OP`: its own file, its deferred, fixture and
   # extreme cases) and the step's; `--impl cuda:V` builds the other ops at their defaults, whose tests the
-  # default variants' processes run. tree_verify through the dev tool's sanitize case list (every dtype path,
-  # forced splits, page sizes: its hypothesis tests take too long under a tool)
+  # default variants' processes run. The quick profile (SANITIZER_PROFILE): every fixed case, 10 random examples a
+  # property; under the dev profile's 30, racecheck processes ran past a 544 s bound (an H100, 2026-12-07, 17 at
+  # once beside other work). tree_verify through the dev tool's sanitize case list (every dtype path, forced
+  # splits, page sizes: its hypothesis tests take too long under a tool)
   for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do  # a subset splits the stage over runs
     n=0
     for pair in $CUDA_VARIANTS; do
       v=${pair%%:*} op=${pair#*:}
-      HYPOTHESIS_PROFILE=dev run "sanitizer_${tool}_$v" timeout -k 30 "$LIMIT" compute-sanitizer --tool "$tool" \
-          --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
+      HYPOTHESIS_PROFILE=${SANITIZER_PROFILE:-quick} run "sanitizer_${tool}_$v" timeout -k 30 "$LIMIT" \
+          compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
           conformance/test_tree_accept.py conformance/test_draft_topk.py conformance/test_fixtures.py \
           conformance/test_device_arrays.py conformance/test_extremes.py conformance/test_step.py \
           --impl "cuda:$v" --require-gpu -p no:xdist -q -p no:cacheprovider \
