@@ -13,8 +13,9 @@
 #     torch_ops  the PyTorch operators' GPU checks (tools/torch_ops_gpu_check.sh, where it exists)
 #     sanitize compute-sanitizer memcheck and racecheck over the dev tool's sanitize cases of both sm90a builds
 #     mutants  the kernel mutants named in MUTANTS alone (without the step's checks)
-#     profile  ncu --set full of one sm90a_planned launch at lab.tree_verify_race's PROFILED shape: the report, its
-#              details page and its per-instruction (SASS) source page with the stall samples
+#     profile  ncu --set full of one sm90a_planned launch at lab.tree_verify_race's PROFILED shape, then of FlashMLA's
+#              split kernel on the same inputs: each report, its details page and its per-instruction (SASS) source
+#              page with the stall samples
 # Env: PYTHON (python3), JOBS (12), RACE_ARGS (extra arguments of the race, e.g. --quick), MUTANTS (see step),
 # MUTANT_LIMIT (280 s), STEP_LIMIT (200 s): the stages' time limits where they share the GPU. The peers are imported
 # from PYTHONPATH (tools/peers_setup.sh's .peers/site). OUT gets summary.txt, env.txt, race.json, race.md and
@@ -77,13 +78,17 @@ for s in $STAGES; do case $s in  # the timings first, alone on the GPU
   race) read -r -a race_args <<< "${RACE_ARGS:-}"  # a list of arguments
     stage race 280 "$PY" -m lab.tree_verify_race --json "$OUT/race.json" "${race_args[@]}"
     sed -n '/^## tree_verify/,$p' "$OUT/logs/race.log" > "$OUT/race.md" ;;
-  profile) stage profile 200 ncu --set full --kernel-name regex:tree_verify_sm90a_kernel --launch-skip 1 \
-    --launch-count 1 -f -o "$OUT/logs/profile" "$PY" -m lab.tree_verify_race profile
-    ncu --import "$OUT/logs/profile.ncu-rep" --page details > "$OUT/logs/profile_details.txt" 2>&1
-    ncu --import "$OUT/logs/profile.ncu-rep" --page source --print-source sass --csv \
-      > "$OUT/logs/profile_sass.csv" 2>&1
-    grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Issued Warp|No Eligible' \
-      "$OUT/logs/profile_details.txt" | head -n 12 | sed 's/^/  profile: /' | tee -a "$OUT/summary.txt" ;;
+  profile)  # ours, then FlashMLA's split kernel on the same shape (its sm_90 decode kernel's name)
+    for who in ours flashmla; do
+      if [ $who = ours ]; then kernel=tree_verify_sm90a_kernel; args=(); f=profile
+      else kernel=flash_fwd_splitkv_mla_kernel; args=(--variant flashmla); f=profile_flashmla; fi
+      stage $f 200 ncu --set full --kernel-name "regex:$kernel" --launch-skip 1 --launch-count 1 -f \
+        -o "$OUT/logs/$f" "$PY" -m lab.tree_verify_race profile "${args[@]}"
+      ncu --import "$OUT/logs/$f.ncu-rep" --page details > "$OUT/logs/${f}_details.txt" 2>&1
+      ncu --import "$OUT/logs/$f.ncu-rep" --page source --print-source sass --csv > "$OUT/logs/${f}_sass.csv" 2>&1
+      grep -E 'Duration|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Issued Warp|No Eligible|Executed Instructions  ' \
+        "$OUT/logs/${f}_details.txt" | head -n 14 | sed "s/^/  $f: /" | tee -a "$OUT/summary.txt"
+    done ;;
   fixed) stage fixed 70 ncu --metrics gpu__time_duration.sum --cache-control none --clock-control none \
     "$PY" -m lab.tree_verify_race fixed
     grep -E '^  [a-zA-Z_].*\(|gpu__time_duration' "$OUT/logs/fixed.log" | paste - - | cut -c1-200 \

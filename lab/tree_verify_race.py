@@ -2,8 +2,9 @@
 
   python3 -m lab.tree_verify_race [--json F] [--quick]     # chains, mixed-length batches, trees: a table per grid
   python3 -m lab.tree_verify_race fixed                     # bs 1 launches for ncu's per-kernel durations
-  python3 -m lab.tree_verify_race profile [--variant V]     # two launches of one build at H128 Q4 8k bs32, for
-                                                            # an ncu profile of the inner loop (launch 2 of ncu's)
+  python3 -m lab.tree_verify_race profile [--variant V]     # two launches of one build (or of FlashMLA: V =
+                                                            # flashmla) at H128 Q4 8k bs32, for an ncu profile of
+                                                            # the inner loop (launch 2 of ncu's)
 
 Each shape is timed for both sm90a variants (batch-invariant and planned) and for the peers (FlashMLA and
 FlashInfer MLA fa3 on chains, both cascades on trees), all on the
@@ -199,13 +200,23 @@ PROFILED = (128, 4, 8 * K, 32)  # compute-bound, where the planned build is furt
 
 
 def profile(variant: str) -> int:
-    """Two launches of one build (a warm-up, then the one to profile: ncu --launch-skip 1 --launch-count 1) on the
-    chain shape PROFILED, for the stall reasons of the inner loop."""
+    """Two launches of one build, or of FlashMLA (`flashmla`: its split kernel beside ours, the same inputs), a
+    warm-up then the one to profile (ncu --launch-skip 1 --launch-count 1 with the kernel's name), on the chain shape
+    PROFILED, for the stall reasons and instruction counts of the inner loop."""
+    from harness.bench import peers
     from harness.bench import verify_baselines as vb
     from kernels_cu import tree_verify_ops
 
     H, Q, P, bs = PROFILED
     case = vb.make_case(bs, Q, H, P, device="cuda", chain=True)
+    if variant == "flashmla":
+        fn = peers.prepare("flashmla", case)
+        for _ in range(2):
+            fn()
+        import torch
+
+        torch.cuda.synchronize()
+        return 0
     p = tree_verify_ops.prepare(builds()[variant], case.q, case.kv, case.block_table, case.prefix_lens,
                                 case.visibility, case.scale)  # fmt: skip
     for _ in range(2):
@@ -219,7 +230,7 @@ def main():
     ap.add_argument("mode", nargs="?", default="race", choices=["race", "fixed", "profile"])
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--variant", default="sm90a_planned", choices=["sm90a", "sm90a_planned"])
+    ap.add_argument("--variant", default="sm90a_planned", choices=["sm90a", "sm90a_planned", "flashmla"])
     ap.add_argument("--design", type=design, action="append", default=[],
                     help="LABEL=DEFINE[,DEFINE...]: both builds with these defines too (e.g. "
                     "seesaw=TV90_SEESAW for a kernel source with an #ifdef TV90_SEESAW design)")  # fmt: skip
