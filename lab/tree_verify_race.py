@@ -27,10 +27,11 @@ import sys
 from perf import bench_tree_verify as _perf
 
 K = 1024
-# (H, Q, prefix, bs): the chain grid's corners and the shapes the issue quotes
+# (H, Q, prefix, bs): the chain grid's corners, the shapes the issue quotes, and H128 Q64 8k bs128 (128 row tiles a
+# request: where the planned build was slower than the invariant one, reports/h100/2026-12-07 call 13)
 CHAINS = [(64, 2, 8 * K, 1), (16, 1, 32 * K, 1), (128, 4, 8 * K, 1), (16, 1, 8 * K, 128), (128, 1, 8 * K, 128),
           (128, 2, 8 * K, 32), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128), (64, 16, 8 * K, 32), (16, 4, 32 * K, 128),
-          (128, 16, 32 * K, 32)]  # fmt: skip
+          (128, 16, 32 * K, 32), (128, 64, 8 * K, 128)]  # fmt: skip
 QUICK_CHAINS = [(64, 2, 8 * K, 1), (16, 1, 8 * K, 128), (128, 4, 8 * K, 32), (64, 4, 8 * K, 128)]
 MIXED_PREFIXES = list(_perf.MIXED_PREFIXES)  # ThunderMLA's mixed-length batch
 lognormal_prefixes = _perf.lognormal_prefixes  # seeded, median 8k, a long tail cut at 128k (the perf suite's)
