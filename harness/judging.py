@@ -60,7 +60,6 @@ def judge(request, name: str, pytest_args: list[str], description: str, env: dic
     fail the calling test unless the mutant was killed. The test that killed it last time (KILLERS) runs first.
     Returns the row (with `seconds`, the run's wall time, and `first`, the test run first or None)."""
     import os
-    import pathlib
     import subprocess
     import sys
     import time
@@ -69,13 +68,8 @@ def judge(request, name: str, pytest_args: list[str], description: str, env: dic
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)  # the judging run is no xdist worker, whoever runs it
     killer = last_killer(name)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *pytest_args,
-        *(["-p", "harness.judging", "--judge-first", killer] if killer else []),
-    ]
+    first = ["-p", "harness.judging", "--judge-first", killer] if killer else []
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, *first]
     t0 = time.monotonic()
     out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
     # the judging's wall time: what a split of the mutants stage over time-limited runs is planned from

@@ -143,8 +143,9 @@ __device__ __forceinline__ uint64_t l2_policy(bool one_tile) {
 }
 #endif
 
+// policy_in: the CTA's L2 policy under TV90_EVICT_FIRST_ONE_TILE; otherwise unused (the hint is made here).
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar,
-                                            uint64_t policy_in = 0) {
+                                            uint64_t policy_in) {
   // The cache's lines are marked first to leave L2 (each is read once; FlashMLA's hint): an H100 race of the design
   // beside the default (reports/h100/2026-12-07 call 6) gave 4-11 % on mixed-length batches and memory-bound bs 1,
   // within 2 % elsewhere.
