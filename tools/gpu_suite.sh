@@ -115,7 +115,7 @@ print(*(f"{s.variant}:{s.slug}" for s in specs.SPECS if s.default or s.variant i
   # splits, page sizes: its hypothesis tests take too long under a tool)
   for tool in ${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck}; do  # a subset splits the stage over runs
     n=0
-    for pair in $CUDA_VARIANTS; do
+    for pair in $CUDA_VARIANTS; do  # tree_build's also test_extremes: two of its cases there do not name the op
       v=${pair%%:*} op=${pair#*:}
       HYPOTHESIS_PROFILE=${SANITIZER_PROFILE:-quick} run "sanitizer_${tool}_$v" timeout -k 30 "$LIMIT" \
           compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 20 "$PY" -m pytest conformance/test_tree_build.py \
