@@ -325,8 +325,27 @@ struct Cta {
   __device__ int box_rows() const { return page_size < kBN ? page_size : kBN; }
   __device__ int boxes(int k0, int rows) const {
     const int hi = kend - k0 < kBN ? kend - k0 : kBN;  // keys of this block that are needed
+#ifdef TV90_SHIFT_PAGES
+    return (hi + rows - 1) >> (__ffs(rows) - 1);  // rows: 8, 16, 32 or 64 (tv::sm90a_serves)
+#else
     return (hi + rows - 1) / rows;
+#endif
   }
+#ifdef TV90_SHIFT_PAGES
+  // Design for the next race (not built by any spec): the copies' page and row by shifts where the page size is a
+  // power of two (64 in serving), integer division otherwise. One thread of the warpgroup computes these between two
+  // warpgroup-collective wgmma while the other three warps wait at the next one, and each division by a run-time int
+  // is about 25 dependent instructions (two a call: the boxes' count and the page; 5 calls a pair of blocks).
+  __device__ int page_of(int p) const {
+    return (page_size & (page_size - 1)) == 0 ? p >> (__ffs(page_size) - 1) : p / page_size;
+  }
+  __device__ int row_of(int p) const {
+    return (page_size & (page_size - 1)) == 0 ? p & (page_size - 1) : p % page_size;
+  }
+#else
+  __device__ int page_of(int p) const { return p / page_size; }
+  __device__ int row_of(int p) const { return p % page_size; }
+#endif
 
   // TMA copies of slabs [c_lo, c_hi) of block j into its buffer (one thread).
   __device__ void load(int j, int c_lo, int c_hi) const {
@@ -335,17 +354,17 @@ struct Cta {
     for (int c = c_lo; c < c_hi; ++c) mbar_expect_tx(full(j, c), static_cast<uint32_t>(pieces * box_rows * 128));
     for (int pc = 0; pc < pieces; ++pc) {
       const int p = k0 + pc * box_rows;
-      const int page = __ldg(bt + p / page_size);
+      const int page = __ldg(bt + page_of(p));
       const uint32_t dst = buf(j) + pc * box_rows * 128;
       for (int c = c_lo; c < c_hi; ++c)
-        tma_load_3d(dst + c * kSlab, kv_map, c * 64, p % page_size, page, full(j, c), l2_policy);
+        tma_load_3d(dst + c * kSlab, kv_map, c * 64, row_of(p), page, full(j, c), l2_policy);
     }
   }
 
   // The block-table entries of block j into L1 ahead of its copies (one thread), so that issuing them later
   // does not wait for global memory while the warpgroup's next collective instruction waits for that thread.
   __device__ void prefetch_pages(int j) const {
-    if (j < nblk) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bt + (kb0 + j * kBN) / page_size));
+    if (j < nblk) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(bt + page_of(kb0 + j * kBN)));
   }
 
   // S of block j, slab C (4 k-steps of 16 dims), once the slab has landed.
@@ -491,6 +510,20 @@ __device__ __forceinline__ void softmax_rest(const float (&acc)[32], const Block
 // The same fragments into a 64 x 64 bf16 tile in shared memory (K-major, 128-byte swizzle) for the other
 // warpgroup: row r's keys 8j + 2t, +1 (t = lane % 4) are 4 bytes at r·128 + ((j ^ r % 8) << 4) + 4t.
 __device__ __forceinline__ void store_p(uint32_t sP, const uint32_t (&pb)[4][4], int ra, int lane) {
+#ifdef TV90_STSM_P
+  // Design for the next race (not built by any spec): the same bytes by stmatrix (FlashMLA writes P so), 4 per
+  // thread where there are 16 st.shared. pb[kk] holds the 8 x 8 matrices (rows ra - ra % 8 + 8h, keys 16kk + 8m ..)
+  // for (h, m) = (0, 0), (1, 0), (0, 1), (1, 1) in the mma fragment layout stmatrix takes; lane L gives the
+  // address of row L % 8 of matrix L / 8.
+  const int m = lane >> 3, r = (ra & ~15) + (lane & 7) + 8 * (m & 1), g = lane & 7;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t a = sP + r * 128 + (((2 * kk + (m >> 1)) ^ g) << 4);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(pb[kk][0]),
+                 "r"(pb[kk][1]), "r"(pb[kk][2]), "r"(pb[kk][3])
+                 : "memory");
+  }
+#else
   const int t = lane & 3, g = ra & 7;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
@@ -499,6 +532,7 @@ __device__ __forceinline__ void store_p(uint32_t sP, const uint32_t (&pb)[4][4],
       const uint32_t a = sP + (ra + 8 * h) * 128 + ((j ^ g) << 4) + 4 * t;
       asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(pb[j >> 1][(j & 1) * 2 + h]) : "memory");
     }
+#endif
 }
 
 // O *= c per row. Skipped by a warp whose rows all keep their max (c = 1 exactly: the product would change no

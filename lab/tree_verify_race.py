@@ -23,6 +23,9 @@ import json
 import pathlib
 import statistics
 import sys
+import zlib
+
+import numpy as np
 
 from perf import bench_tree_verify as _perf
 
@@ -80,10 +83,21 @@ def time_ours(spec, case, plan, policy):
         p.launch()
         res = p.results()
         err = vb.spot_check(case, res.out, vb.row_index(case, "cuda")) if case.uniform else None
+        # the outputs' bits, so that a design meant to change no arithmetic shows that it changed none (same_bits)
+        crc = zlib.crc32(_raw(res.lse), zlib.crc32(_raw(res.out)))
         dev, _ = timing.device_times_us([p.launch], plan=plan, policy=policy)
     finally:
         p.finish()
-    return {"us": statistics.median(dev), "rel_err": err}
+    return {"us": statistics.median(dev), "rel_err": err, "crc32": crc}
+
+
+def _raw(a) -> bytes:
+    """The bytes of an output, a host array or (device inputs give device outputs) a torch tensor."""
+    if hasattr(a, "cpu"):
+        import torch
+
+        return a.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    return np.ascontiguousarray(a).tobytes()
 
 
 def time_peer(name, case, flush, policy):
@@ -120,6 +134,9 @@ def run_shape(label, H, Q, prefix, bs, chain, peer_names, ceil):
             row["times"][name] = time_ours(spec, case, plan, policy)
         except Exception as e:
             row["times"][name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    for name, r in row["times"].items():  # a design's build beside the default build of its mode
+        if "+" in name and "crc32" in r:
+            r["same_bits"] = r["crc32"] == row["times"][name.partition("+")[0]].get("crc32")
     for name in peer_names:
         row["times"][name] = time_peer(name, case, flush, policy)
     for r in row["times"].values():
@@ -168,6 +185,10 @@ def race(json_path=None, quick=False) -> int:
     from harness.bench import report  # the tables docs/BENCHMARKS.md shows, from the same rows
 
     print("\n".join(report.race_section([{**out, "file": pathlib.Path(json_path).name if json_path else "not saved"}])))
+    rows = [r for grid in ("chains", "mixed", "trees") for r in out[grid]]
+    for name in sorted({n for r in rows for n in r["times"] if "+" in n}):
+        same = [r["times"][name].get("same_bits") for r in rows if name in r["times"]]
+        print(f"{name}: the default build's bits at {sum(x is True for x in same)} of {len(same)} shapes", flush=True)
     if json_path:
         with open(json_path, "w") as f:
             json.dump(out, f, indent=1)
