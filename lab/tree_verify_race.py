@@ -53,14 +53,23 @@ TREES = [(64, 17, 8 * K, 8), (64, 17, 8 * K, 32), (128, 65, 8 * K, 8), (64, 257,
 DESIGNS: dict[str, dict[str, str]] = {}  # --design LABEL=DEFINE[,DEFINE...]: builds of both modes with the defines
 
 
+MODES = ("sm90a", "sm90a_planned")  # the two sm90a builds: batch-invariant and planned
+
+
+def design_builds(label: str, defines: dict[str, str]) -> dict:
+    """{`MODE+label`: KernelSpec}: both sm90a builds with a design's defines (tools.precompile caches the same)."""
+    from kernels_cu import specs
+
+    return {f"{v}+{label}": specs.get("tree_verify", v).with_defines(f"{v}_{label}", **defines) for v in MODES}
+
+
 def builds():
     """{label: KernelSpec}: the sm90a builds compared, then each --design's builds of both (spec.with_defines)."""
     from kernels_cu import specs
 
-    out = {v: specs.get("tree_verify", v) for v in ("sm90a", "sm90a_planned")}
+    out = {v: specs.get("tree_verify", v) for v in MODES}
     for label, defines in DESIGNS.items():
-        for v in ("sm90a", "sm90a_planned"):
-            out[f"{v}+{label}"] = out[v].with_defines(f"{v}_{label}", **defines)
+        out |= design_builds(label, defines)
     return out
 
 
