@@ -27,6 +27,8 @@ import zlib
 
 import numpy as np
 
+from harness.bench.report import RACE_BUILDS, RACE_GRIDS  # the batch-invariant and planned builds; the grids
+from harness.torch_staging import to_host
 from perf import bench_tree_verify as _perf
 
 K = 1024
@@ -53,21 +55,18 @@ TREES = [(64, 17, 8 * K, 8), (64, 17, 8 * K, 32), (128, 65, 8 * K, 8), (64, 257,
 DESIGNS: dict[str, dict[str, str]] = {}  # --design LABEL=DEFINE[,DEFINE...]: builds of both modes with the defines
 
 
-MODES = ("sm90a", "sm90a_planned")  # the two sm90a builds: batch-invariant and planned
-
-
 def design_builds(label: str, defines: dict[str, str]) -> dict:
     """{`MODE+label`: KernelSpec}: both sm90a builds with a design's defines (tools.precompile caches the same)."""
     from kernels_cu import specs
 
-    return {f"{v}+{label}": specs.get("tree_verify", v).with_defines(f"{v}_{label}", **defines) for v in MODES}
+    return {f"{v}+{label}": specs.get("tree_verify", v).with_defines(f"{v}_{label}", **defines) for v in RACE_BUILDS}
 
 
 def builds():
     """{label: KernelSpec}: the sm90a builds compared, then each --design's builds of both (spec.with_defines)."""
     from kernels_cu import specs
 
-    out = {v: specs.get("tree_verify", v) for v in MODES}
+    out = {v: specs.get("tree_verify", v) for v in RACE_BUILDS}
     for label, defines in DESIGNS.items():
         out |= design_builds(label, defines)
     return out
@@ -101,12 +100,8 @@ def time_ours(spec, case, plan, policy):
 
 
 def _raw(a) -> bytes:
-    """The bytes of an output, a host array or (device inputs give device outputs) a torch tensor."""
-    if hasattr(a, "cpu"):
-        import torch
-
-        return a.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
-    return np.ascontiguousarray(a).tobytes()
+    """The bytes of an output (a host array, or the torch tensor device inputs give back)."""
+    return np.ascontiguousarray(to_host(a)).tobytes()
 
 
 def time_peer(name, case, flush, policy):
@@ -194,7 +189,7 @@ def race(json_path=None, quick=False) -> int:
     from harness.bench import report  # the tables docs/BENCHMARKS.md shows, from the same rows
 
     print("\n".join(report.race_section([{**out, "file": pathlib.Path(json_path).name if json_path else "not saved"}])))
-    rows = [r for grid in ("chains", "mixed", "trees") for r in out[grid]]
+    rows = [r for grid in RACE_GRIDS for r in out[grid]]
     for name in sorted({n for r in rows for n in r["times"] if "+" in n}):
         same = [r["times"][name].get("same_bits") for r in rows if name in r["times"]]
         print(f"{name}: the default build's bits at {sum(x is True for x in same)} of {len(same)} shapes", flush=True)
