@@ -447,6 +447,34 @@ __device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& 
   r.all = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;  // prefix keys, all in the split
   r.seen = 0xffffffffu;
   r.mx[0] = r.mx[1] = neg_inf();
+#ifdef TV90_MAX_TREE
+  // Each row's 16 values reduced as a tree (depth 4) where the loops below are a chain of 16 dependent FMNMX on
+  // the softmax's critical path. fmaxf is exact, associative and commutative on the finite and infinite values a
+  // seen logit can take, so the max and every bit after it are the same.
+  float v16[32];
+  if (r.all) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) v16[i] = acc[i];
+  } else {
+    r.seen = 0u;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, p = k0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+      const bool v = p >= x.kbeg && p < x.kend && (p < x.P || tree_bit(x.vis_b, x.W, qi[h], p - x.P));
+      r.seen |= static_cast<uint32_t>(v) << i;
+      v16[i] = v ? acc[i] : neg_inf();  // masked by selection: never added to
+    }
+  }
+  // value i belongs to row (i >> 1) & 1: fold i and i + 16, then i + 8, i + 4, and the pair (i, i + 1) last
+#pragma unroll
+  for (int i = 0; i < 16; ++i) v16[i] = fmaxf(v16[i], v16[i + 16]);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v16[i] = fmaxf(v16[i], v16[i + 8]);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v16[i] = fmaxf(v16[i], v16[i + 4]);
+  r.mx[0] = fmaxf(v16[0], v16[1]);
+  r.mx[1] = fmaxf(v16[2], v16[3]);
+#else
   if (r.all) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) r.mx[(i >> 1) & 1] = fmaxf(r.mx[(i >> 1) & 1], acc[i]);
@@ -460,6 +488,7 @@ __device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& 
       r.mx[h] = fmaxf(r.mx[h], v ? acc[i] : neg_inf());  // masked by selection: never added to
     }
   }
+#endif
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     r.mx[h] = fmaxf(r.mx[h], __shfl_xor_sync(0xffffffffu, r.mx[h], 1));
