@@ -122,7 +122,12 @@ TV_HD constexpr int keys_per_block(int v, long long budget) { return v == kSm90a
 TV_HD constexpr int sm90a_kv_offset() { return kSm90aTileBytes; }
 TV_HD constexpr int sm90a_stats_offset() { return sm90a_kv_offset() + kSm90aStages * kSm90aTileBytes; }
 TV_HD constexpr int sm90a_bar_offset() { return sm90a_stats_offset() + 6 * 64 * 4; }
-TV_HD constexpr int sm90a_bar_bytes() { return ((kSm90aStages * 9 + 6) * 8 + 15) / 16 * 16; }  // 16-byte whole
+#ifdef TV90_EARLY_MAX
+constexpr int kSm90aHandOvers = 7;  // the race's design (kernels_cu/tree_verify_sm90a.cu): one more hand-over
+#else
+constexpr int kSm90aHandOvers = 6;
+#endif
+TV_HD constexpr int sm90a_bar_bytes() { return ((kSm90aStages * 9 + kSm90aHandOvers) * 8 + 15) / 16 * 16; }  // 16-byte whole
 TV_HD constexpr int sm90a_smem_bytes() { return sm90a_bar_offset() + sm90a_bar_bytes() + 1024; }
 TV_HD constexpr int smem_bytes(int v, long long budget = kUnbounded) {
   return v == kSm90a ? sm90a_smem_bytes() : tile_smem_bytes(v, tile(v, budget));

@@ -72,6 +72,19 @@ static_assert(tv::kSm90aStages == 2, "even blocks in buffer 0, odd blocks in buf
 // changes (the same products in the same order, the same bits); 2-5 % faster on compute-bound shapes, the same
 // elsewhere (an H100 race against the old order, reports/h100/2026-12-07 call 7).
 constexpr int kExR0 = 18, kExR1 = 19, kExP0Free = 20, kExZero0 = 21, kExS0 = 23;
+#ifdef TV90_EARLY_MAX
+// kExM0 (design TV90_EARLY_MAX): warpgroup 0's running max and rescale factor of the even block are in shared memory,
+// published before its exponentials (once per pair). Warpgroup 1's softmax of the odd block needs only these, so it
+// runs beside warpgroup 0's exponentials where the default waits for R0 (warpgroup 0's whole softmax and P): the two
+// softmaxes of a pair overlap instead of running one after the other (FlashMLA's seesaw shares the max so). Warpgroup
+// 1 then waits for R0 only before P0·V; every product and rescale of O and l happens in the same order on the same
+// values, so the bits are meant to stay.
+constexpr bool kEarlyMax = true;
+#else
+constexpr bool kEarlyMax = false;
+#endif
+constexpr int kExM0 = 24, kExLast = kEarlyMax ? kExM0 : kExS0;
+static_assert(kExLast - kExR0 + 1 == tv::kSm90aHandOvers, "tree_verify.cuh reserves one mbarrier per hand-over");
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -497,6 +510,17 @@ __device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& 
   return r;
 }
 
+// Row h's new running max m_new and the rescale factor c of what came before; returns the max the exponentials
+// subtract.
+__device__ __forceinline__ float new_max(const BlockMax& bm, float scale_log2, const float (&m_prev)[2], int h,
+                                         float& m_new, float& c) {
+  // the scale is > 0, so the largest scaled logit is the largest logit scaled (the same rounding)
+  m_new = fmaxf(m_prev[h], bm.mx[h] * scale_log2);
+  const float m_use = m_new == neg_inf() ? 0.f : m_new;  // a row with nothing seen yet keeps P = 0
+  c = ex2(m_prev[h] - m_use);                            // 0 while m_prev = -inf, exactly 1 while m is unchanged
+  return m_use;
+}
+
 template <bool ALL_SEEN>
 __device__ __forceinline__ void softmax_core(const float (&acc)[32], const BlockMax& bm, uint32_t (&pb)[4][4],
                                              float scale_log2, const float (&m_prev)[2], float (&m_new)[2],
@@ -504,10 +528,7 @@ __device__ __forceinline__ void softmax_core(const float (&acc)[32], const Block
   float m_use[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // the scale is > 0, so the largest scaled logit is the largest logit scaled (the same rounding)
-    m_new[h] = fmaxf(m_prev[h], bm.mx[h] * scale_log2);
-    m_use[h] = m_new[h] == neg_inf() ? 0.f : m_new[h];  // a row with nothing seen yet keeps P = 0
-    c[h] = ex2(m_prev[h] - m_use[h]);                   // 0 while m_prev = -inf, exactly 1 while m is unchanged
+    m_use[h] = new_max(bm, scale_log2, m_prev, h, m_new[h], c[h]);
     sum[h] = 0.f;
   }
 #pragma unroll
@@ -650,7 +671,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   }
   if (tid == 0) {
     for (int i = 0; i < 2 * kSlabs; ++i) mbar_init(x.sQ + tv::sm90a_bar_offset() + 8 * i, 1);
-    for (int k = kExR0; k <= kExS0; ++k) mbar_init(x.ex(k), 128);
+    for (int k = kExR0; k <= kExLast; ++k) mbar_init(x.ex(k), 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     // the first two blocks' copies now, so that their latency overlaps the q tile's loads below (the buffers are
     // apart from q's region; the other threads wait for the copies on the slab barriers after the block barrier)
@@ -699,11 +720,21 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
       float m0[2], c0[2], sum[2];
-      softmax_rest(sacc, rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane), pb, x, m_run, m0, c0, sum);
+      const BlockMax bm0 = rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane);
+      if constexpr (kEarlyMax) {  // m0 and c0 for warpgroup 1 now (softmax_rest computes the same values again)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float m, c;
+          new_max(bm0, x.scale_log2, m_run, h, m, c);
+          if ((lane & 3) == 0) sts(x.stat(kM0, ra + 8 * h), m), sts(x.stat(kC0, ra + 8 * h), c);
+        }
+        mbar_arrive(x.ex(kExM0));
+      }
+      softmax_rest(sacc, bm0, pb, x, m_run, m0, c0, sum);
       x.zero_tail(j0, wt, 0);
       if (i > 0) mbar_wait(x.ex(kExP0Free), (i - 1) & 1);  // warpgroup 1 has read the previous P0
       store_p(x.sp(j0), pb, ra, lane);
-      if ((lane & 3) == 0) {
+      if (!kEarlyMax && (lane & 3) == 0) {
         sts(x.stat(kM0, ra), m0[0]), sts(x.stat(kM0, ra + 8), m0[1]);
         sts(x.stat(kC0, ra), c0[0]), sts(x.stat(kC0, ra + 8), c0[1]);
       }
@@ -758,7 +789,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
       BlockMax bm1;  // this warpgroup's block's row maxima while warpgroup 0 still works on its softmax
       if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
-      mbar_wait(x.ex(kExR0), i & 1);  // P0, m0, c0 of block j0 from warpgroup 0
+      mbar_wait(x.ex(kEarlyMax ? kExM0 : kExR0), i & 1);  // m0, c0 (and by default P0) of block j0 from warpgroup 0
       float m0[2], c0[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -767,8 +798,10 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         l_run[h] *= c0[h];
         m_run[h] = m0[h];
       }
-      scale_o(o, c0);
-      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);
+      if constexpr (!kEarlyMax) {
+        scale_o(o, c0);
+        pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);
+      }
       float c1[2];
       if (has1) {
         float m1[2], sum[2];
@@ -783,6 +816,11 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         mbar_arrive(x.ex(kExR1));
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c1[h] + sum[h], m_run[h] = m1[h];
+      }
+      if constexpr (kEarlyMax) {
+        mbar_wait(x.ex(kExR0), i & 1);  // P0 of block j0 from warpgroup 0
+        scale_o(o, c0);
+        pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);
       }
       wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
       pin(o);
