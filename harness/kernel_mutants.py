@@ -424,8 +424,8 @@ MUTANTS |= {
     ),
     "k_tv90_halves_rescaled_differently": (  # warpgroup 1 misses the even block's rescale factor
         "tree_verify",
-        "      scale_o(o, c0);\n      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);",
-        "      pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);",
+        "        scale_o(o, c0);\n        pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);\n      }\n      float c1[2];",
+        "        pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);\n      }\n      float c1[2];",
         SM90A,
     ),
     "k_tv90_rescale_of_previous_pair": (  # warpgroup 0 takes the odd block's factor before it is exchanged
