@@ -29,13 +29,17 @@ from collections import deque
 SLOTS = ("m0", "m1", "p0", "p1")
 
 
+def pairs(nblk: int):
+    """Per pair i of a split of nblk key blocks, as the kernel's loop names them: (i, has1: the odd block j1 = 2i + 1
+    exists, next0 / next1: block j0 + 2 / j1 + 2 exists)."""
+    for i in range((nblk + 1) // 2):
+        yield i, 2 * i + 1 < nblk, 2 * i + 2 < nblk, 2 * i + 3 < nblk
+
+
 def warpgroup0(nblk: int, early_max: bool) -> list[tuple]:
     """Warpgroup 0's hand-over steps for a split of nblk key blocks (even blocks, columns 0..255)."""
     steps: list[tuple] = []
-    npairs = (nblk + 1) // 2
-    for i in range(npairs):
-        j0, j1 = 2 * i, 2 * i + 1
-        has1, next0, next1 = j1 < nblk, j0 + 2 < nblk, j1 + 2 < nblk
+    for i, has1, next0, next1 in pairs(nblk):
         if i > 0:
             steps.append(("wait", "load0", i - 1))  # S of block j0 reads buffer 0's slabs, slab 8 refilled
         if early_max:
@@ -59,10 +63,7 @@ def warpgroup0(nblk: int, early_max: bool) -> list[tuple]:
 def warpgroup1(nblk: int, early_max: bool) -> list[tuple]:
     """Warpgroup 1's hand-over steps (odd blocks, columns 256..511)."""
     steps: list[tuple] = []
-    npairs = (nblk + 1) // 2
-    for i in range(npairs):
-        j0, j1 = 2 * i, 2 * i + 1
-        has1, next0, next1 = j1 < nblk, j0 + 2 < nblk, j1 + 2 < nblk
+    for i, has1, next0, next1 in pairs(nblk):
         p0_issue = [("wait", "r0", i), ("read", "p0", i)]  # P0·V issued with P0 from shared memory
         if early_max:
             steps += [("wait", "m0", i), ("read", "m0", i)]
