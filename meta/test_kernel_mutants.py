@@ -66,6 +66,8 @@ TWINNED = sorted(n for n in kernel_mutants.MUTANTS if kernel_mutants.twin_varian
 def test_kernel_mutant_is_killed_on_the_twins(name, request, tmp_path):
     """The same mutant with only its sm_120 twins (`_99k`) under test: they must kill it on their own (the
     twins whose machine code the patch changes; a patch of code no twin builds is not theirs to kill)."""
+    if name in kernel_mutants.PLANNED_SCHEDULE_ONLY:
+        pytest.skip(f"{name} patches the planned schedule, which only sm90a_planned runs: the twins never run it")
     twins = kernel_mutants.twins_changed(name)
     if not twins:
         pytest.skip(f"{name} leaves the machine code of {', '.join(kernel_mutants.twin_variants(name))} unchanged")
@@ -78,6 +80,26 @@ def test_twins_changed_reads_machine_code(name, twin, changes):
     """A mutant of lane_cached's pop leaves heap_smem's twin's code as it was; one of the tie order every
     build shares does not."""
     assert (twin in kernel_mutants.twins_changed(name)) == changes
+
+
+@pytest.mark.parametrize("name", sorted(kernel_mutants.WRITTEN_TO_KILL))
+def test_judging_runs_the_test_written_to_kill_first(name, tmp_path):
+    """A mutant no judging has killed yet starts with the test written for it (WRITTEN_TO_KILL), which the
+    judging's selection must hold: a node id that no longer exists would silently leave the old order."""
+    cmd = [sys.executable, "-m", "pytest", *kernel_mutants.judging_command(name, tmp_path), "--collect-only"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = re.findall(r"^(conformance/\S+)$", out.stdout, re.M)
+    written = list(kernel_mutants.WRITTEN_TO_KILL[name])
+    assert collected[: len(written)] == written, (collected[:5], out.stdout[-2000:])
+
+
+def test_planned_schedule_mutants_run_only_on_the_planned_variant():
+    """The twins' judging skips the planned schedule's mutants because no twin runs that code: true only while
+    the planned schedule is sm90a_planned's alone (no `_99k` twin is planned)."""
+    from kernels_cu import specs
+
+    assert kernel_mutants.PLANNED_SCHEDULE_ONLY
+    assert [s.variant for s in specs.for_op("tree_verify") if "planned" in s.variant] == ["sm90a_planned"]
 
 
 def test_twinned_mutants_are_the_twins_sources():
