@@ -140,32 +140,12 @@ __device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.a
 // ------------------------------------------------------------------------------------------------ TMA
 // Box {64 columns, box_rows rows, 1 page} of the cache viewed as [pages][page_size][576] (innermost first in
 // the coordinates), into shared memory at dst, completing its bytes on the mbarrier.
-#ifdef TV90_EVICT_FIRST_ONE_TILE
-// Design for the next race (not built by any spec): the evict_first hint only where a request has one row tile. With
-// Q·H > 64 every row tile of a request reads the same cache rows (128 tiles at H128 Q64), and the rows marked first to
-// leave L2 may be gone before the later tiles read them: the shapes where the planned build lost to the invariant
-// one on an H100 (planned ÷ invariant 1.04-1.09 at H128 Q64 and the Q257 trees, reports/h100/2026-12-07 call 13)
-// are such shapes. The policy is made once per CTA (x.l2_policy); the same bits either way.
-__device__ __forceinline__ uint64_t l2_policy(bool one_tile) {
-  uint64_t policy;
-  if (one_tile)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-#endif
-
-// policy_in: the CTA's L2 policy under TV90_EVICT_FIRST_ONE_TILE; otherwise unused (the hint is made here).
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar,
-                                            uint64_t policy_in) {
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* tmap, int col, int row, int page, uint32_t bar) {
   // The cache's lines are marked first to leave L2 (each is read once; FlashMLA's hint): an H100 race of the design
   // beside the default (reports/h100/2026-12-07 call 6) gave 4-11 % on mixed-length batches and memory-bound bs 1,
   // within 2 % elsewhere.
-  uint64_t policy = policy_in;
-#ifndef TV90_EVICT_FIRST_ONE_TILE
+  uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
   asm volatile(
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
       "%3, %4}], [%5], %6;\n" ::"r"(dst),
@@ -314,11 +294,6 @@ struct Cta {
   const uint32_t* vis_b;
   const void* kv_map;
   float scale_log2;  // softmax_scale · log2(e): the softmax runs in base 2 (ex2 is one instruction)
-#ifdef TV90_EVICT_FIRST_ONE_TILE
-  uint64_t l2_policy;  // the cache copies' L2 hint
-#else
-  static constexpr uint64_t l2_policy = 0;  // tma_load_3d makes its own
-#endif
 
   __device__ uint32_t buf(int j) const { return sQ + tv::sm90a_kv_offset() + (j & 1) * kTile; }
   // the P tile of block j, handed to the other warpgroup: over the block's slab 8 (S is done with it)
@@ -370,7 +345,7 @@ struct Cta {
       const int page = __ldg(bt + page_of(p));
       const uint32_t dst = buf(j) + pc * box_rows * 128;
       for (int c = c_lo; c < c_hi; ++c)
-        tma_load_3d(dst + c * kSlab, kv_map, c * 64, row_of(p), page, full(j, c), l2_policy);
+        tma_load_3d(dst + c * kSlab, kv_map, c * 64, row_of(p), page, full(j, c));
     }
   }
 
@@ -460,34 +435,6 @@ __device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& 
   r.all = k0 >= x.kbeg && k0 + kBN <= x.kend && k0 + kBN <= x.P;  // prefix keys, all in the split
   r.seen = 0xffffffffu;
   r.mx[0] = r.mx[1] = neg_inf();
-#ifdef TV90_MAX_TREE
-  // Each row's 16 values reduced as a tree (depth 4) where the loops below are a chain of 16 dependent FMNMX on
-  // the softmax's critical path. fmaxf is exact, associative and commutative on the finite and infinite values a
-  // seen logit can take, so the max and every bit after it are the same.
-  float v16[32];
-  if (r.all) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) v16[i] = acc[i];
-  } else {
-    r.seen = 0u;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      const int h = (i >> 1) & 1, p = k0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-      const bool v = p >= x.kbeg && p < x.kend && (p < x.P || tree_bit(x.vis_b, x.W, qi[h], p - x.P));
-      r.seen |= static_cast<uint32_t>(v) << i;
-      v16[i] = v ? acc[i] : neg_inf();  // masked by selection: never added to
-    }
-  }
-  // value i belongs to row (i >> 1) & 1: fold i and i + 16, then i + 8, i + 4, and the pair (i, i + 1) last
-#pragma unroll
-  for (int i = 0; i < 16; ++i) v16[i] = fmaxf(v16[i], v16[i + 16]);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) v16[i] = fmaxf(v16[i], v16[i + 8]);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v16[i] = fmaxf(v16[i], v16[i + 4]);
-  r.mx[0] = fmaxf(v16[0], v16[1]);
-  r.mx[1] = fmaxf(v16[2], v16[3]);
-#else
   if (r.all) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) r.mx[(i >> 1) & 1] = fmaxf(r.mx[(i >> 1) & 1], acc[i]);
@@ -501,7 +448,6 @@ __device__ __forceinline__ BlockMax rows_max(const float (&acc)[32], const Cta& 
       r.mx[h] = fmaxf(r.mx[h], v ? acc[i] : neg_inf());  // masked by selection: never added to
     }
   }
-#endif
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     r.mx[h] = fmaxf(r.mx[h], __shfl_xor_sync(0xffffffffu, r.mx[h], 1));
@@ -661,9 +607,6 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
   x.vis_b = visibility + static_cast<size_t>(b) * Q * x.W;
   x.kv_map = kv_map;
   x.scale_log2 = scale * 1.4426950408889634f;
-#ifdef TV90_EVICT_FIRST_ONE_TILE
-  x.l2_policy = l2_policy(QH <= kRows);
-#endif
 
   if (wt == 0) {  // thread 0 of each warpgroup issues TMA copies: acquire the host-written descriptor
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(kv_map) : "memory");
