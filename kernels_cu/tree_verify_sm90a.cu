@@ -83,6 +83,41 @@ constexpr bool kEarlyMax = true;
 #else
 constexpr bool kEarlyMax = false;
 #endif
+#ifdef TV90_SLAB_GROUPS
+// Design TV90_SLAB_GROUPS (no spec builds it): one wgmma commit group per slab of S, as FlashMLA commits them
+// (splitkv_mla.cuh, qkt_gemm_one_tile_*), and warpgroup 0's wait between the two halves of its next S is wait_group 4
+// (its P1·V done, S slabs 0-3 still in flight). By default ptxas closes a hardware wgmma group (gsb0) at every slab
+// anyway (the slab's mbarrier wait loop ends the batch) and turns the single commit of slabs 0-3 into one more, empty
+// group (a dummy HGMMA.64x8x16), so the default wait_group 1 compiles to DEPBAR.LE gsb0, 1: it waits for slabs 0-3 to
+// complete as well as for P1·V, and buffer 1's refill, S slabs 4-8 and kExS0 all queue behind them. The commits that
+// were unconditional (to count alike on every path) go, and with them the dummy groups of every pair. Same wgmma in
+// the same order on the same operands; only the waits change, so the bits are meant to stay.
+constexpr bool kSlabGroups = true;
+#else
+constexpr bool kSlabGroups = false;
+#endif
+#ifdef TV90_OFF_PATH
+// Design TV90_OFF_PATH (no spec builds it): work that nothing before a hand-over needs moves after its arrive. The
+// row sums' shuffles (2 dependent SHFL + FADD per row, needed only by l) run after R0 / R1 instead of before the P
+// store, and warpgroup 0's thread 0 prefetches the block-table entries after R0 instead of before its row maxima (with
+// run-time divisions there, about 50 dependent instructions that held warp 0, and so R0, back). The same operations
+// in the same order on the same values: the bits are meant to stay. (NVRTC 13.0 sm_90a: warpgroup 0's shuffles and
+// prefetch land after the R0 arrive; ptxas hoists warpgroup 1's shuffles back among its P stores, before R1.)
+constexpr bool kOffPath = true;
+#else
+constexpr bool kOffPath = false;
+#endif
+#ifdef TV90_PV_FIRST
+// Design TV90_PV_FIRST (no spec builds it): warpgroup 1 issues P1·V before the copies that refill buffer 0's slabs
+// 4-8 (and its P0-free arrive) instead of after them. Those copies are thread 0's (page lookups, divisions by the page
+// size without TV90_SHIFT_PAGES: a few hundred cycles), and the other three warps waited for it at the P1·V issue;
+// now the copies are issued while P1·V runs. The refill still follows P0·V's completion (the wait above); it starts
+// later only by the four HGMMA issues. FlashMLA's warpgroup 1 likewise issues its products before its copies
+// (splitkv_mla.cuh, wg1_subroutine). No arithmetic changes: the bits are meant to stay.
+constexpr bool kPvFirst = true;
+#else
+constexpr bool kPvFirst = false;
+#endif
 constexpr int kExM0 = 24, kExLast = kEarlyMax ? kExM0 : kExS0;
 static_assert(kExLast - kExR0 + 1 == tv::kSm90aHandOvers, "tree_verify.cuh reserves one mbarrier per hand-over");
 
@@ -362,6 +397,7 @@ struct Cta {
     wg_fence();  // after the wait's branch (else ptxas injects it, and serializes the wgmma around it)
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) wgmma_ss_kk(s, desc_k(dq, C, ks), desc_k(kdesc(j), C, ks), !(first && ks == 0));
+    if constexpr (kSlabGroups) wg_commit();  // one group per slab (TV90_SLAB_GROUPS)
   }
   // S of block j over slabs [LO, HI) of the order 0, 1, 2, 3, 8, 4, 5, 6, 7 (ODD) or 0 .. 8 (even blocks):
   // the slabs whose copies were issued first go first.
@@ -385,7 +421,7 @@ struct Cta {
     if (j >= nblk) return;
     pin(s);
     s_block<ODD, 0, 9>(s, j);
-    wg_commit();
+    if constexpr (!kSlabGroups) wg_commit();
     wg_wait<0>();
     pin(s);
   }
@@ -467,6 +503,15 @@ __device__ __forceinline__ float new_max(const BlockMax& bm, float scale_log2, c
   return m_use;
 }
 
+// The row sums of a block from the four threads of each row (l only needs them).
+__device__ __forceinline__ void row_sums(float (&sum)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+  }
+}
+
 template <bool ALL_SEEN>
 __device__ __forceinline__ void softmax_core(const float (&acc)[32], const BlockMax& bm, uint32_t (&pb)[4][4],
                                              float scale_log2, const float (&m_prev)[2], float (&m_new)[2],
@@ -487,11 +532,7 @@ __device__ __forceinline__ void softmax_core(const float (&acc)[32], const Block
     // accumulator pair (i, i+1) = (row h, keys 8(i/4) + 2t, +1): fragment register (i / 8, (i / 2) % 4)
     pb[i >> 3][(i >> 1) & 3] = pack_bf16(p0, p1);
   }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
-    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
-  }
+  if constexpr (!kOffPath) row_sums(sum);  // TV90_OFF_PATH: the caller sums after its hand-over
 }
 
 __device__ __forceinline__ void softmax_rest(const float (&acc)[32], const BlockMax& bm, uint32_t (&pb)[4][4],
@@ -661,7 +702,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
     for (int i = 0; i < npairs; ++i) {
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
-      if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+      if (!kOffPath && wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
       float m0[2], c0[2], sum[2];
       const BlockMax bm0 = rows_max(sacc, x, x.kb0 + j0 * kBN, qi, lane);
       if constexpr (kEarlyMax) {  // m0 and c0 for warpgroup 1 now (softmax_rest computes the same values again)
@@ -683,6 +724,10 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       }
       fence_async_smem();
       mbar_arrive(x.ex(kExR0));
+      if constexpr (kOffPath) {
+        if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+        row_sums(sum);
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c0[h] + sum[h], m_run[h] = m0[h];
 
@@ -709,8 +754,12 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         pin(sacc);
         x.s_block<false, 0, 4>(sacc, j0 + 2);
       }
-      wg_commit();
-      wg_wait<1>();  // P1·V done (no pin of o here: ptxas would count it as redefining o inside the S stage)
+      if constexpr (kSlabGroups) {
+        wg_wait<4>();  // P1·V done, the 4 slab groups of S may stay in flight (without a next block: no wait here)
+      } else {
+        wg_commit();
+        wg_wait<1>();  // P1·V done (no pin of o here: ptxas would count it as redefining o inside the S stage)
+      }
       if (has1 && next1 && wt == 0) {  // buffer 1's slabs 0-3 and 8 (P1): read last by this warpgroup
         x.load(j1 + 2, 0, 4);
         x.load(j1 + 2, 8, kSlabs);
@@ -719,7 +768,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         x.s_block<false, 4, 9>(sacc, j0 + 2);
         mbar_arrive(x.ex(kExS0));
       }
-      wg_commit();
+      if constexpr (!kSlabGroups) wg_commit();
       wg_wait<0>();
       pin(o);
       pin(sacc);
@@ -757,6 +806,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         }
         fence_async_smem();
         mbar_arrive(x.ex(kExR1));
+        if constexpr (kOffPath) row_sums(sum);
 #pragma unroll
         for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * c1[h] + sum[h], m_run[h] = m1[h];
       }
@@ -767,13 +817,17 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       }
       wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
       pin(o);
-      if (next0) {
+      if (!kPvFirst && next0) {
         if (wt == 0) x.load(j0 + 2, 4, kSlabs);
         mbar_arrive(x.ex(kExP0Free));
       }
       if (has1) {
         scale_o(o, c1);
         pv_regs(o, pb, x.vdesc(j1), 1);
+      }
+      if (kPvFirst && next0) {  // TV90_PV_FIRST: the refill while P1·V runs
+        if (wt == 0) x.load(j0 + 2, 4, kSlabs);
+        mbar_arrive(x.ex(kExP0Free));
       }
       wg_wait<0>();
       pin(o);
@@ -783,7 +837,7 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         pin(sacc);
         x.s_block<true, 0, 9>(sacc, j1 + 2);
       }
-      wg_commit();
+      if constexpr (!kSlabGroups) wg_commit();
       wg_wait<0>();
       pin(o);
       pin(sacc);
