@@ -118,6 +118,17 @@ constexpr bool kPvFirst = true;
 #else
 constexpr bool kPvFirst = false;
 #endif
+#ifdef TV90_C1_CHAIN
+// Design TV90_C1_CHAIN (no spec builds it): warpgroup 1 waits for P0·V to complete before it rescales O by c1 and
+// issues P1·V, so it never has two products in flight (FlashMLA issues both back to back by scaling P0 instead, which
+// gives other bits). Once a row's max has settled, c1 = 1 exactly and scale_o changes nothing (it is skipped by a warp
+// whose rows all have c1 = 1): such a warp issues P1·V onto P0·V's accumulators at once and waits only for P0·V's
+// group before the refill of buffer 0. The same products on the same values in the same order: the bits are meant
+// to stay.
+constexpr bool kC1Chain = true;
+#else
+constexpr bool kC1Chain = false;
+#endif
 constexpr int kExM0 = 24, kExLast = kEarlyMax ? kExM0 : kExS0;
 static_assert(kExLast - kExR0 + 1 == tv::kSm90aHandOvers, "tree_verify.cuh reserves one mbarrier per hand-over");
 
@@ -584,8 +595,9 @@ __device__ __forceinline__ void scale_o(float (&o)[4][32], const float (&c)[2]) 
 
 // O += P·V over one block for this warpgroup's 4 slabs of V (slabs 4·wg .. 4·wg + 3), P in registers or in
 // shared memory.
+template <bool PIN_O = true>  // false: chained onto a product still in flight on o (TV90_C1_CHAIN), o untouched
 __device__ __forceinline__ void pv_regs(float (&o)[4][32], uint32_t (&pb)[4][4], uint64_t vbuf, int wg) {
-  pin(o);
+  if constexpr (PIN_O) pin(o);
   pin(pb);
   wg_fence();
 #pragma unroll
@@ -815,19 +827,42 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
         scale_o(o, c0);
         pv_smem(o, x.pdesc(j0), x.vdesc(j0), 1);
       }
-      wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
-      pin(o);
-      if (!kPvFirst && next0) {
-        if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-        mbar_arrive(x.ex(kExP0Free));
-      }
-      if (has1) {
-        scale_o(o, c1);
-        pv_regs(o, pb, x.vdesc(j1), 1);
-      }
-      if (kPvFirst && next0) {  // TV90_PV_FIRST: the refill while P1·V runs
-        if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-        mbar_arrive(x.ex(kExP0Free));
+      if constexpr (kC1Chain) {  // TV90_C1_CHAIN: P1·V chained onto P0·V where no row of this warpgroup rescales
+        bool rescale = true;
+        if (has1) {  // warpgroup-uniform (a wgmma is the warpgroup's): every thread reads the 64 rows' c1
+          mbar_wait(x.ex(kExR1), i & 1);  // this warpgroup's own hand-over: all its c1 are in shared memory
+          rescale = __any_sync(0xffffffffu, lds(x.stat(kC1, lane)) != 1.f || lds(x.stat(kC1, lane + 32)) != 1.f);
+        }
+        if (rescale) {
+          wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
+          pin(o);
+          if (has1) {
+            scale_o(o, c1);
+            pv_regs(o, pb, x.vdesc(j1), 1);
+          }
+        } else {
+          pv_regs<false>(o, pb, x.vdesc(j1), 1);
+          wg_wait<1>();  // P0·V done (P1·V runs on)
+        }
+        if (next0) {
+          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
+          mbar_arrive(x.ex(kExP0Free));
+        }
+      } else {
+        wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
+        pin(o);
+        if (!kPvFirst && next0) {
+          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
+          mbar_arrive(x.ex(kExP0Free));
+        }
+        if (has1) {
+          scale_o(o, c1);
+          pv_regs(o, pb, x.vdesc(j1), 1);
+        }
+        if (kPvFirst && next0) {  // TV90_PV_FIRST: the refill while P1·V runs
+          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
+          mbar_arrive(x.ex(kExP0Free));
+        }
       }
       wg_wait<0>();
       pin(o);
