@@ -121,10 +121,11 @@ constexpr bool kPvFirst = false;
 #ifdef TV90_C1_CHAIN
 // Design TV90_C1_CHAIN (no spec builds it): warpgroup 1 waits for P0·V to complete before it rescales O by c1 and
 // issues P1·V, so it never has two products in flight (FlashMLA issues both back to back by scaling P0 instead, which
-// gives other bits). Once a row's max has settled, c1 = 1 exactly and scale_o changes nothing (it is skipped by a warp
-// whose rows all have c1 = 1): such a warp issues P1·V onto P0·V's accumulators at once and waits only for P0·V's
-// group before the refill of buffer 0. The same products on the same values in the same order: the bits are meant
-// to stay.
+// gives other bits). Once a row's max has settled, c1 = 1 exactly and the rescale changes nothing: when no row of
+// the tile has c1 != 1 (read by every thread from shared memory after the warpgroup's own R1, so that the choice is
+// warpgroup-uniform, as a wgmma must be), it issues P1·V onto P0·V's accumulators at once and waits only for P0·V's
+// group before the refill of buffer 0 (TV90_PV_FIRST's order, which this path has anyway). The same products on the
+// same values in the same order: the bits are meant to stay.
 constexpr bool kC1Chain = true;
 #else
 constexpr bool kC1Chain = false;
