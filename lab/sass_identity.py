@@ -4,6 +4,11 @@ instructions (cuobjdump -sass, without addresses and line information) are compa
 is unchanged instruction for instruction keeps the GPU certification of that revision (no GPU needed here).
 
   python -m lab.sass_identity --before REV [--ops draft_topk,tree_accept]   # exit 1 on any difference
+  python -m lab.sass_identity --before REV --before-defines TV90_A,TV90_B --ops tree_verify
+
+With --before-defines, REV's builds get those defines (a design raced there with `--design x=TV90_A,TV90_B`): a
+change that makes the design the default must give the default the design build's machine code, so the race's times
+and bits are the new default's.
 
 Needs cuobjdump (the CUDA toolkit, or the nvidia-cuda-cuobjdump wheel's bin/ on PATH).
 """
@@ -28,10 +33,12 @@ _DUMP = r"""
 import json, re, subprocess, sys, tempfile, os
 from kernels_cu import specs, runtime
 out = {}
+defines = dict.fromkeys(filter(None, sys.argv[4].split(",")), "1")
 for op in sys.argv[1].split(","):
     for spec in specs.for_op(op):
+        built = spec.with_defines(spec.variant + "_before", **defines) if defines else spec
         for arch in spec.archs:
-            cubin = runtime.compile_kernel(spec, arch).cubin
+            cubin = runtime.compile_kernel(built, arch).cubin
             with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
                 f.write(cubin)
             try:
@@ -57,10 +64,15 @@ def cuobjdump() -> str:
     raise SystemExit("sass_identity: no cuobjdump on PATH (install the CUDA toolkit or nvidia-cuda-cuobjdump)")
 
 
-def dump(tree: pathlib.Path, ops: str, tool: str, cache: str) -> dict[str, list[str]]:
+def dump(tree: pathlib.Path, ops: str, tool: str, cache: str, defines: str = "") -> dict[str, list[str]]:
+    """{spec@arch: SASS instructions} of every build of `ops` in `tree` (with `defines`, comma-separated, added)."""
     env = {**os.environ, "KDTREE_CACHE_DIR": cache, "PYTHONPATH": str(tree)}
     r = subprocess.run(
-        [sys.executable, "-c", _DUMP, ops, tool, _INSTRUCTION], cwd=tree, env=env, capture_output=True, text=True
+        [sys.executable, "-c", _DUMP, ops, tool, _INSTRUCTION, defines],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if r.returncode:
         raise SystemExit(f"sass_identity: building in {tree} failed:\n{r.stderr[-3000:]}")
@@ -71,13 +83,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, help="the revision to compare with")
     ap.add_argument("--ops", default="draft_topk", help="comma list of op slugs")
+    ap.add_argument("--before-defines", default="", help="comma list of defines for REV's builds (a raced design)")
     a = ap.parse_args(argv)
     tool = cuobjdump()
     with tempfile.TemporaryDirectory() as tmp:
         old_tree = pathlib.Path(tmp) / "before"
         subprocess.run(["git", "worktree", "add", "-q", "--detach", str(old_tree), a.before], cwd=ROOT, check=True)
         try:
-            before = dump(old_tree, a.ops, tool, str(pathlib.Path(tmp) / "cache-before"))
+            before = dump(old_tree, a.ops, tool, str(pathlib.Path(tmp) / "cache-before"), a.before_defines)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT, check=True)
         now = dump(ROOT, a.ops, tool, str(pathlib.Path(tmp) / "cache-now"))
