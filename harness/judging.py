@@ -42,6 +42,13 @@ def last_killer(label: str) -> str | None:
     return json.loads(KILLERS.read_text()).get(label) if KILLERS.is_file() else None
 
 
+def first_args(label: str, written: tuple[str, ...] = ()) -> list[str]:
+    """The pytest arguments that run first the test that killed mutant `label` last time (KILLERS), then the tests
+    `written` to kill it (for a mutant no judging has killed yet); [] when there are none."""
+    first = list(dict.fromkeys(t for t in (last_killer(label), *written) if t))
+    return ["-p", "harness.judging", *(a for t in first for a in ("--judge-first", t))] if first else []
+
+
 def pytest_addoption(parser):
     parser.addoption("--judge-first", action="append", default=[], metavar="NODEID",
                      help="run this test before every other (the one that killed the mutant last time)")  # fmt: skip
@@ -54,11 +61,14 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: item.nodeid not in first)  # stable: the rest keep their order
 
 
-def judge(request, name: str, pytest_args: list[str], description: str, env: dict | None = None) -> dict:
+def judge(
+    request, name: str, pytest_args: list[str], description: str, env: dict | None = None, written: tuple[str, ...] = ()
+) -> dict:
     """Run one mutant's judging (`python -m pytest *pytest_args` from the repository root, HYPOTHESIS_PROFILE=ci
     unless `env` says otherwise), give the report's mutant table its row (under `name`, with `description`) and
-    fail the calling test unless the mutant was killed. The test that killed it last time (KILLERS) runs first.
-    Returns the row (with `seconds`, the run's wall time, and `first`, the test run first or None)."""
+    fail the calling test unless the mutant was killed. The test that killed it last time (KILLERS) runs first,
+    then the tests `written` to kill it (first_args). Returns the row (with `seconds`, the run's wall time, and
+    `first`, the recorded killer run first or None)."""
     import os
     import subprocess
     import sys
@@ -68,8 +78,7 @@ def judge(request, name: str, pytest_args: list[str], description: str, env: dic
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", **(env or {})}
     env.pop("PYTEST_XDIST_WORKER", None)  # the judging run is no xdist worker, whoever runs it
     killer = last_killer(name)
-    first = ["-p", "harness.judging", "--judge-first", killer] if killer else []
-    cmd = [sys.executable, "-m", "pytest", *pytest_args, *first]
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, *first_args(name, written)]
     t0 = time.monotonic()
     out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
     # the judging's wall time: what a split of the mutants stage over time-limited runs is planned from

@@ -565,9 +565,9 @@ JUDGED_ON = {
 PLANNED_SCHEDULE_ONLY = frozenset(JUDGED_ON)
 
 # The test written to kill each mutant that no judging has killed yet (harness/mutant_killers.json has the ones that
-# did): a judging runs it first, as it runs a recorded killer, so that the mutant does not wait minutes behind the
-# op's other tests (three judgings ran past a 375 s bound so, an H100, 2026-12-08). Order only: the verdict is the
-# whole selection's.
+# did): a judging runs it first, after a recorded killer (harness.judging.first_args), so that the mutant does not wait
+# minutes behind the op's other tests (three judgings ran past a 375 s bound so, an H100, 2026-12-08). Order only: the
+# verdict is the whole selection's.
 WRITTEN_TO_KILL = {
     "k_tv_kv_row_offset_32bit": (
         "conformance/test_extremes_verify.py::test_kv_pool_past_2_31_bytes[impl=cuda:portable-fp32]",
@@ -586,18 +586,16 @@ def judging_command(name: str, report_dir, variants=None) -> list[str]:
     kernels (those of a `cuda` implementation, and the GPU-marked ones: a CPU-only test cannot see a broken
     kernel, so it must not be taken for its killer), with the mutated variants as the implementations, its
     own op's tests and the fixtures first (pytest_collection_modifyitems below: most mutants die there in
-    seconds; before them the test written to kill it, WRITTEN_TO_KILL), stopping at the first failure.
+    seconds), stopping at the first failure.
     `variants` narrows the implementations (the twins alone: a kill on the sm_90 build says nothing of the
     build an sm_120 GPU runs, whose tiles and capacities differ)."""
     chosen = [s.variant for s in mutated_specs(name) if variants is None or s.variant in variants]
     chosen += [v for v in JUDGED_ON.get(name, ()) if variants is None and v not in chosen]
     impls = [a for v in chosen for a in ("--impl", f"cuda:{v}")]
     deselect = [a for d in CONFORMANCE_DESELECT for a in ("--deselect", d)]
-    first = [a for t in WRITTEN_TO_KILL.get(name, ()) if variants is None for a in ("--judge-first", t)]
     return [
         *CONFORMANCE_PATHS,
         *deselect,
-        *(["-p", "harness.judging", *first] if first else []),
         "-k",
         "cuda or gpu",
         *impls,
