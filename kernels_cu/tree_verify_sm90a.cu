@@ -792,6 +792,12 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
       const int j0 = 2 * i, j1 = j0 + 1;
       const bool has1 = j1 < x.nblk, next0 = j0 + 2 < x.nblk, next1 = j1 + 2 < x.nblk;
       if (wt == 0) x.prefetch_pages(j0 + 2), x.prefetch_pages(j1 + 2);  // copied by this thread below
+      // after P0·V: buffer 0's slabs 4-8 refilled for block j0 + 2 (read last here), P0's slab handed back
+      const auto release_buffer0 = [&] {
+        if (!next0) return;
+        if (wt == 0) x.load(j0 + 2, 4, kSlabs);
+        mbar_arrive(x.ex(kExP0Free));
+      };
       BlockMax bm1;  // this warpgroup's block's row maxima while warpgroup 0 still works on its softmax
       if (has1) bm1 = rows_max(sacc, x, x.kb0 + j1 * kBN, qi, lane);
       mbar_wait(x.ex(kEarlyMax ? kExM0 : kExR0), i & 1);  // m0, c0 (and by default P0) of block j0 from warpgroup 0
@@ -845,25 +851,16 @@ __device__ __forceinline__ void tree_verify_sm90a_cta(
           pv_regs<false>(o, pb, x.vdesc(j1), 1);
           wg_wait<1>();  // P0·V done (P1·V runs on)
         }
-        if (next0) {
-          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-          mbar_arrive(x.ex(kExP0Free));
-        }
+        release_buffer0();
       } else {
         wg_wait<0>();  // P0·V done: P0 (buffer 0's slab 8) and buffer 0's slabs 4-7 are free
         pin(o);
-        if (!kPvFirst && next0) {
-          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-          mbar_arrive(x.ex(kExP0Free));
-        }
+        if constexpr (!kPvFirst) release_buffer0();
         if (has1) {
           scale_o(o, c1);
           pv_regs(o, pb, x.vdesc(j1), 1);
         }
-        if (kPvFirst && next0) {  // TV90_PV_FIRST: the refill while P1·V runs
-          if (wt == 0) x.load(j0 + 2, 4, kSlabs);
-          mbar_arrive(x.ex(kExP0Free));
-        }
+        if constexpr (kPvFirst) release_buffer0();  // TV90_PV_FIRST: the refill while P1·V runs
       }
       wg_wait<0>();
       pin(o);
